@@ -1,0 +1,58 @@
+"""The only module that touches transformers' KV-cache API (it changes between versions).
+
+transformers 5.x ``DynamicCache.crop`` takes a *negative count of tokens to remove*; 4.x took the
+new length. Everything else in the package calls :func:`crop_to` with the length to keep.
+"""
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+
+def new_cache(model=None) -> DynamicCache:
+    """An empty cache for ``model`` (the config lets transformers pick sliding-window layers)."""
+    config = getattr(model, "config", None)
+    try:
+        return DynamicCache(config=config) if config is not None else DynamicCache()
+    except TypeError:  # older transformers without the config argument
+        return DynamicCache()
+
+
+def cache_len(cache) -> int:
+    """Number of positions currently held (0 for None)."""
+    return 0 if cache is None else int(cache.get_seq_length())
+
+
+def crop_to(cache, length: int) -> None:
+    """Keep the first ``length`` positions of every layer (the rollback after verification)."""
+    current = cache_len(cache)
+    if length < 0 or length > current:
+        raise ValueError(f"cannot crop a cache of {current} positions to {length}")
+    if length == current:
+        return
+    try:
+        cache.crop(length - current)  # transformers >= 5: negative count to remove
+    except ValueError:
+        cache.crop(length)  # transformers 4.x: the new absolute length
+
+
+def _layers_kv(cache):
+    if hasattr(cache, "layers"):
+        return [(layer, "keys", "values") for layer in cache.layers]
+    raise NotImplementedError("this transformers version's cache layout is not supported by kv.py")
+
+
+def keep_positions(cache, positions: torch.Tensor) -> None:
+    """Keep only the given sequence positions (sorted, 1-D), in that order, in every layer.
+
+    Used after tree verification: the cache holds the whole candidate tree and must be compacted
+    to the committed prefix plus the accepted path.
+    """
+    positions = positions.to(torch.long)
+    for layer, k_name, v_name in _layers_kv(cache):
+        keys = getattr(layer, k_name, None)
+        if keys is None or keys.numel() == 0:
+            continue
+        idx = positions.to(keys.device)
+        setattr(layer, k_name, keys.index_select(-2, idx))
+        setattr(layer, v_name, getattr(layer, v_name).index_select(-2, idx))
