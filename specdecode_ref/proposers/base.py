@@ -1,0 +1,106 @@
+"""The proposer interface: what every drafter (n-gram, draft model, early exit, Medusa, EAGLE) implements.
+
+One engine step (see engine.py): ``propose`` returns a :class:`Draft`; the target scores the last
+committed token plus the draft in one forward; verification keeps a prefix; ``on_verified`` tells
+the proposer what was committed so it can roll back its own state (a draft model's KV cache,
+EAGLE's feature cache). Proposers that read the target's hidden states (Medusa, EAGLE, early-exit
+adapters) set ``needs_hidden_states``; the engine then hands them the target's hidden states for
+the prompt in ``begin`` and for every committed position in ``on_verified``.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import torch
+
+from ..sampling import SamplingParams
+
+
+@dataclass
+class Draft:
+    """Up to k drafted tokens.
+
+    tokens: LongTensor [n] (n may be 0: nothing to propose, the step decodes one token plainly).
+    probs: FloatTensor [n, V], the proposer's distribution q at each drafted position, processed
+        with the request's SamplingParams; None for a deterministic proposer (q one-hot).
+    parents: LongTensor [n] of parent indices for a tree draft (-1 = the last committed token);
+        None for a chain, where token i's parent is i - 1.
+    """
+
+    tokens: torch.Tensor
+    probs: torch.Tensor | None = None
+    parents: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return int(self.tokens.numel())
+
+    @property
+    def is_tree(self) -> bool:
+        return self.parents is not None
+
+    @staticmethod
+    def empty(device=None) -> "Draft":
+        return Draft(torch.empty(0, dtype=torch.long, device=device))
+
+
+@dataclass
+class DecodeState:
+    """What a proposer may read about the request being decoded (owned by the engine)."""
+
+    target: torch.nn.Module
+    sampling: SamplingParams
+    generator: torch.Generator | None
+    prompt_len: int
+    token_list: list = field(default_factory=list)  # committed ids: prompt + generated
+    prompt_hidden_states: tuple | None = None  # per layer [prompt_len, H] (needs_hidden_states only)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_list)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.target.parameters()).device
+
+    def tokens(self) -> torch.Tensor:
+        """Committed ids as a 1-D LongTensor on the target's device."""
+        return torch.tensor(self.token_list, dtype=torch.long, device=self.device)
+
+
+@dataclass
+class StepOutcome:
+    """What one verification step committed."""
+
+    draft: Draft
+    num_accepted: int
+    emitted: list  # token ids appended this step (accepted drafts then one target token), maybe cut by EOS/length
+    hidden_states: tuple | None = None  # per layer [num_accepted + 1, H]: positions last, d1..d_acc
+
+
+class Proposer(ABC):
+    """Base class of all drafters. Subclasses set ``k`` and implement ``propose``."""
+
+    name = "proposer"
+    needs_hidden_states = False  # set True to receive the target's hidden states
+
+    def __init__(self, k: int):
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise ValueError(f"k (tokens drafted per step) must be an int >= 1, got {k!r}")
+        self.k = k
+
+    def check_compatible(self, target) -> None:
+        """Raise a clear error when this proposer cannot draft for ``target`` (e.g. vocabulary)."""
+
+    def begin(self, state: DecodeState) -> None:
+        """A new request starts (prompt in ``state.token_list``): reset or prefill own state."""
+
+    @abstractmethod
+    def propose(self, state: DecodeState) -> Draft:
+        """Draft up to ``self.k`` tokens continuing ``state.token_list``."""
+
+    def on_verified(self, state: DecodeState, outcome: StepOutcome) -> None:
+        """Roll back own state to the committed tokens (``state.token_list`` is already updated)."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(k={self.k})"

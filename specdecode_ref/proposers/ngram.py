@@ -1,0 +1,65 @@
+"""N-gram (prompt lookup) drafting: no model, just copy what followed the same suffix earlier.
+
+Find the longest suffix of the context (n from max_n down to min_n) that occurred before, and
+propose the up-to-k tokens that followed its most recent earlier occurrence. The index maps each
+n-gram to the position where it last ended and is updated incrementally, so a step costs
+O(max_n) dictionary operations whatever the context length (no O(L^2) scan).
+
+Counterparts: vLLM ``vllm/v1/spec_decode/ngram_proposer.py`` (KMP over the reversed context);
+transformers ``generation/candidate_generator.py`` (``PromptLookupCandidateGenerator``, a sliding
+window scan).
+"""
+from __future__ import annotations
+
+import torch
+
+from .base import DecodeState, Draft, Proposer
+
+
+class NgramProposer(Proposer):
+    name = "ngram"
+
+    def __init__(self, k: int = 5, min_n: int = 1, max_n: int = 4):
+        super().__init__(k)
+        if not isinstance(min_n, int) or not isinstance(max_n, int) or min_n < 1 or max_n < min_n:
+            raise ValueError(f"need integers 1 <= min_n <= max_n, got min_n={min_n!r}, max_n={max_n!r}")
+        self.min_n, self.max_n = min_n, max_n
+        self._reset()
+
+    def _reset(self):
+        self._index: dict = {}  # n-gram tuple -> last position where it ends (with a follower)
+        self._indexed = 0  # n-grams ending before this position are in the index
+        self._last = None  # token at position _indexed - 1, to notice a rewritten context
+
+    def begin(self, state: DecodeState) -> None:
+        self._reset()
+
+    def _sync(self, tokens: list) -> None:
+        """Index every n-gram that ends before the last token (so each has a follower)."""
+        if self._indexed and (len(tokens) <= self._indexed or tokens[self._indexed - 1] != self._last):
+            self._reset()  # context was rewritten (a new request without begin): rebuild
+        for end in range(self._indexed, len(tokens) - 1):
+            for n in range(self.min_n, min(self.max_n, end + 1) + 1):
+                self._index[tuple(tokens[end - n + 1 : end + 1])] = end
+        self._indexed = max(self._indexed, len(tokens) - 1)
+        self._last = tokens[self._indexed - 1] if self._indexed else None
+
+    def lookup(self, tokens: list) -> list:
+        """Draft for a plain list of ids (used by ``propose``; handy in notebooks and labs)."""
+        self._sync(tokens)
+        length = len(tokens)
+        for n in range(min(self.max_n, length), self.min_n - 1, -1):
+            end = self._index.get(tuple(tokens[length - n :]))
+            if end is None:
+                continue
+            period = length - 1 - end  # distance from that occurrence to the suffix
+            # Past the end of the context the continuation repeats with that period.
+            return [tokens[end + 1 + (j % period)] for j in range(self.k)]
+        return []
+
+    def propose(self, state: DecodeState) -> Draft:
+        draft = self.lookup(state.token_list)
+        return Draft(torch.tensor(draft, dtype=torch.long, device=state.device))
+
+    def __repr__(self) -> str:
+        return f"NgramProposer(k={self.k}, min_n={self.min_n}, max_n={self.max_n})"
