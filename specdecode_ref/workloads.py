@@ -1,0 +1,83 @@
+"""The benchmark's chat prompts: 7 workload categories x 8 prompts (``data/workloads.json``).
+
+Speculative decoding pays off very differently by workload. Input-grounded tasks (summarise,
+answer from a passage, rewrite, edit code) repeat spans of the prompt, which n-gram / prompt
+lookup drafting copies for free; open-ended chat, QA and maths do not. Benchmarks therefore report
+per category, never one averaged number.
+
+    from specdecode_ref.workloads import load_workloads
+    wl = load_workloads(["summarization", "qa"], per_category=2)
+    wl["qa"][0]["messages"]     # a chat: list of {"role", "content"}; feed it to chat_ids()
+"""
+from __future__ import annotations
+
+import copy
+import json
+from functools import lru_cache
+from pathlib import Path
+
+WORKLOADS_PATH = Path(__file__).resolve().parent / "data" / "workloads.json"
+
+
+@lru_cache(maxsize=1)
+def _raw() -> dict:
+    if not WORKLOADS_PATH.exists():
+        raise FileNotFoundError(f"{WORKLOADS_PATH} is missing: the package was installed without its data "
+                                "files (reinstall specdecode_ref with package data)")
+    with open(WORKLOADS_PATH, encoding="utf-8") as f:
+        data = json.load(f)
+    if not isinstance(data.get("categories"), dict) or not data["categories"]:
+        raise ValueError(f"{WORKLOADS_PATH} has no 'categories' mapping")
+    return data
+
+
+#: All categories, in the file's order.
+CATEGORIES: list = list(_raw()["categories"])
+#: Tasks whose answer copies spans of the prompt: where prompt lookup / n-gram drafting shines.
+INPUT_GROUNDED: tuple = ("summarization", "rag_qa", "rewrite", "code")
+#: Tasks whose answer is mostly new text: little to copy, acceptance depends on the drafter.
+OPEN_ENDED: tuple = tuple(c for c in CATEGORIES if c not in INPUT_GROUNDED)
+
+
+def _parse_categories(categories) -> list:
+    if categories is None:
+        return list(CATEGORIES)
+    if isinstance(categories, str):
+        categories = [c.strip() for c in categories.split(",") if c.strip()]
+    categories = list(categories)
+    if not categories:
+        raise ValueError(f"no categories given; choose from {CATEGORIES}")
+    unknown = [c for c in categories if c not in CATEGORIES]
+    if unknown:
+        raise ValueError(f"unknown workload categor{'y' if len(unknown) == 1 else 'ies'} "
+                         f"{', '.join(map(repr, unknown))}; choose from {CATEGORIES}")
+    return list(dict.fromkeys(categories))  # drop duplicates, keep order
+
+
+def load_workloads(categories=None, per_category: int | None = None) -> dict:
+    """Return ``{category: [prompt, ...]}``, each prompt a dict ``{"id", "messages"}``.
+
+    categories: None for all, a list of names, or a comma-separated string ("qa,code").
+    per_category: keep the first N prompts of each category (None = all 8), so small runs use
+    the same prompts as full ones. The dicts are copies: editing them does not change the data.
+    """
+    names = _parse_categories(categories)
+    if per_category is not None and (not isinstance(per_category, int) or isinstance(per_category, bool)
+                                     or per_category < 1):
+        raise ValueError(f"per_category must be an int >= 1 or None, got {per_category!r}")
+    raw = _raw()["categories"]
+    out = {}
+    for name in names:
+        items = raw[name] if per_category is None else raw[name][:per_category]
+        out[name] = copy.deepcopy(items)
+    return out
+
+
+def iter_prompts(workloads: dict):
+    """Yield ``(category, prompt)`` over a ``load_workloads`` result, category by category."""
+    for category, items in workloads.items():
+        for item in items:
+            yield category, item
+
+
+__all__ = ["CATEGORIES", "INPUT_GROUNDED", "OPEN_ENDED", "WORKLOADS_PATH", "load_workloads", "iter_prompts"]
