@@ -1,0 +1,57 @@
+import numpy as np
+import pytest
+
+from specdecode_ref.analysis import (expected_speedup, expected_tokens_from_position_rates, expected_tokens_per_step,
+                                     fit_cost_curve, optimal_k, verify_cost_from_curve)
+
+
+def test_expected_tokens_closed_form():
+    assert expected_tokens_per_step(0.0, 5) == pytest.approx(1.0)
+    assert expected_tokens_per_step(1.0, 5) == pytest.approx(6.0)
+    assert expected_tokens_per_step(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)
+    assert expected_tokens_per_step(0.8, 0) == pytest.approx(1.0)
+    arr = expected_tokens_per_step(np.array([0.0, 0.5, 1.0]), 3)
+    np.testing.assert_allclose(arr, [1.0, 1.875, 4.0])
+
+
+def test_expected_tokens_matches_monte_carlo():
+    rng = np.random.default_rng(0)
+    for alpha, k in [(0.3, 4), (0.7, 5), (0.9, 8)]:
+        accepts = rng.random((200000, k)) < alpha
+        emitted = np.cumprod(accepts, axis=1).sum(axis=1) + 1
+        assert emitted.mean() == pytest.approx(expected_tokens_per_step(alpha, k), rel=0.01)
+
+
+def test_position_rates_reduce_to_iid():
+    assert expected_tokens_from_position_rates([0.6] * 4) == pytest.approx(expected_tokens_per_step(0.6, 4))
+    assert expected_tokens_from_position_rates([0.9, 0.5, 0.1]) == pytest.approx(1 + 0.9 + 0.45 + 0.045)
+
+
+def test_speedup_and_optimal_k_by_brute_force():
+    assert expected_speedup(0.0, 1, 0.0) == pytest.approx(1.0)
+    assert expected_speedup(0.8, 4, 0.05) == pytest.approx(expected_tokens_per_step(0.8, 4) / 1.2)
+    for alpha in [0.2, 0.6, 0.8, 0.95]:
+        for c in [0.01, 0.1, 0.5]:
+            best = max(range(1, 65), key=lambda k: (expected_speedup(alpha, k, c), -k))
+            assert optimal_k(alpha, c) == best
+    assert optimal_k(0.9, 0.05) > optimal_k(0.5, 0.05)  # better drafts justify longer drafts
+    assert optimal_k(0.9, 0.01) >= optimal_k(0.9, 0.2)  # cheaper drafts too
+
+
+def test_verify_cost_callable():
+    cost = verify_cost_from_curve([1, 2, 4, 8], [10.0, 11.0, 13.0, 17.0])
+    assert cost(0) == pytest.approx(1.0)
+    assert cost(3) == pytest.approx(1.3)
+    assert cost(15) == pytest.approx((10 + 1.0 * 15) / 10 + 0.1, rel=0.2)
+    s = expected_speedup(0.8, 3, 0.0, verify_cost=cost)
+    assert s == pytest.approx(expected_tokens_per_step(0.8, 3) / 1.3)
+    a, b, t = fit_cost_curve([1, 2, 3], [2.0, 3.0, 4.0])
+    assert (a, b) == (pytest.approx(1.0), pytest.approx(1.0)) and t(10) == pytest.approx(11.0)
+
+
+@pytest.mark.parametrize("args", [(1.5, 3), (-0.1, 3), (0.5, -1), (0.5, 2.5)])
+def test_bad_inputs(args):
+    with pytest.raises(ValueError):
+        expected_tokens_per_step(*args)
+    with pytest.raises(ValueError):
+        expected_speedup(0.5, 3, -1.0)

@@ -1,0 +1,156 @@
+"""Verification: exact cases for greedy, and distribution tests for rejection sampling."""
+import numpy as np
+import pytest
+import torch
+
+from conftest import chi2_pvalue
+from specdecode_ref.verify import greedy_verify, rejection_sample
+
+
+def logits_with_argmax(argmaxes, vocab=10):
+    out = torch.zeros(len(argmaxes), len(argmaxes[0]), vocab)
+    for b, row in enumerate(argmaxes):
+        for i, t in enumerate(row):
+            out[b, i, t] = 5.0
+    return out
+
+
+def test_greedy_verify_cases():
+    target = logits_with_argmax([[1, 2, 3, 4], [1, 2, 3, 4], [1, 2, 3, 4]])
+    drafts = torch.tensor([[1, 2, 3], [1, 9, 3], [7, 2, 3]])
+    tokens, n = greedy_verify(target, drafts)
+    assert n.tolist() == [3, 1, 0]
+    assert tokens.tolist() == [[1, 2, 3, 4], [1, 2, -1, -1], [1, -1, -1, -1]]
+
+
+def test_greedy_verify_padding_never_accepted():
+    target = logits_with_argmax([[1, 2, 3]])
+    tokens, n = greedy_verify(target, torch.tensor([[1, -1]]))
+    assert n.tolist() == [1] and tokens.tolist() == [[1, 2, -1]]
+
+
+def test_shape_errors():
+    with pytest.raises(ValueError, match="does not match"):
+        greedy_verify(torch.zeros(1, 3, 5), torch.zeros(1, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="vocabulary"):
+        rejection_sample(torch.full((1, 2, 5), 0.2), torch.tensor([[7]]))
+    with pytest.raises(ValueError, match="draft_probs"):
+        rejection_sample(torch.full((1, 2, 5), 0.2), torch.tensor([[1]]), torch.full((1, 1, 4), 0.25))
+
+
+def first_token_counts(p, q, n, sampler=rejection_sample, seed=0, deterministic_token=None):
+    """Sample the first emitted token n times in one batch; q is the draft distribution."""
+    v = p.numel()
+    gen = torch.Generator().manual_seed(seed)
+    target = torch.stack([p, p]).expand(n, 2, v).contiguous()
+    if deterministic_token is None:
+        drafts = torch.multinomial(q.expand(n, v), 1, replacement=True, generator=gen)
+        draft_probs = q.expand(n, 1, v).contiguous()
+    else:
+        drafts = torch.full((n, 1), deterministic_token, dtype=torch.long)
+        draft_probs = None
+    tokens, _ = sampler(target, drafts, draft_probs, generator=gen)
+    return np.bincount(tokens[:, 0].numpy(), minlength=v)
+
+
+def _dist(xs):
+    t = torch.tensor(xs, dtype=torch.float32)
+    return t / t.sum()
+
+
+CASES = {
+    "random": (_dist([3, 1, 4, 1, 5, 9, 2, 6]), _dist([2, 7, 1, 8, 2, 8, 1, 8])),
+    "q_with_zeros": (_dist([3, 1, 4, 1, 5, 9, 2, 6]), _dist([0, 0, 1, 8, 0, 8, 1, 0])),
+    "p_with_zeros": (_dist([0, 1, 4, 0, 5, 0, 2, 6]), _dist([2, 7, 1, 8, 2, 8, 1, 8])),
+    "p_equals_q": (_dist([3, 1, 4, 1, 5, 9, 2, 6]), _dist([3, 1, 4, 1, 5, 9, 2, 6])),
+    "p_le_q_support": (_dist([1, 1, 0, 0, 0, 0, 0, 0]), _dist([1, 1, 1, 1, 0, 0, 0, 0])),
+    "disjoint": (_dist([1, 1, 0, 0, 0, 0, 0, 0]), _dist([0, 0, 1, 1, 1, 0, 0, 0])),
+    "peaked": (_dist([100, 1, 1, 1, 1, 1, 1, 1]), _dist([1, 1, 1, 1, 1, 1, 1, 100])),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_rejection_sample_preserves_p(name):
+    p, q = CASES[name]
+    counts = first_token_counts(p, q, 20000, seed=hash(name) % 1000)
+    assert chi2_pvalue(counts, p.numpy()) > 1e-3, (name, counts)
+
+
+@pytest.mark.parametrize("token", [0, 5, 7])
+def test_deterministic_draft_preserves_p(token):
+    p = _dist([3, 1, 4, 1, 5, 9, 2, 6])
+    counts = first_token_counts(p, None, 20000, deterministic_token=token, seed=token)
+    assert chi2_pvalue(counts, p.numpy()) > 1e-3
+
+
+def test_every_position_and_bonus_preserve_p():
+    """With K = 3, the token emitted at each position (given that it is reached) follows p there."""
+    torch.manual_seed(1)
+    v, k, n = 6, 3, 30000
+    p = torch.softmax(torch.randn(k + 1, v) * 1.5, -1)
+    q = torch.softmax(torch.randn(k, v) * 1.5, -1)
+    gen = torch.Generator().manual_seed(3)
+    drafts = torch.stack([torch.multinomial(q[i], n, replacement=True, generator=gen) for i in range(k)], 1)
+    tokens, acc = rejection_sample(p.expand(n, k + 1, v), drafts, q.expand(n, k, v), gen)
+    # Position 0 is always emitted; later positions are emitted when the previous was accepted,
+    # which depends on the earlier tokens only, so the conditional law there is still p_i.
+    for i in range(k + 1):
+        emitted = tokens[:, i][tokens[:, i] >= 0]
+        assert chi2_pvalue(np.bincount(emitted.numpy(), minlength=v), p[i].numpy()) > 1e-3, i
+    assert (acc == k).any() and (acc == 0).any()
+
+
+def test_zero_residual_gives_no_nan():
+    p = _dist([1, 1, 0, 0])
+    target = p.expand(1000, 2, 4).contiguous()
+    # A drafter whose q equals p but a rounding error makes p < q on the drafted token.
+    q = (p + torch.tensor([1e-7, 0, 0, 0])).expand(1000, 1, 4).contiguous()
+    tokens, _ = rejection_sample(target, torch.zeros(1000, 1, dtype=torch.long), q,
+                                 torch.Generator().manual_seed(0))
+    assert (tokens[:, 0] >= 0).all() and (tokens[:, 0] <= 1).all()
+
+
+def test_all_accepted_emits_bonus_from_last_position():
+    p = torch.tensor([[[0, 1.0, 0], [0, 0, 1.0]]])
+    tokens, n = rejection_sample(p, torch.tensor([[1]]), None, torch.Generator().manual_seed(0))
+    assert n.tolist() == [1] and tokens.tolist() == [[1, 2]]
+
+
+def test_padded_draft_samples_from_p():
+    p = _dist([1, 2, 3, 4])
+    target = p.expand(20000, 2, 4).contiguous()
+    tokens, n = rejection_sample(target, torch.full((20000, 1), -1), None, torch.Generator().manual_seed(0))
+    assert (n == 0).all()
+    assert chi2_pvalue(np.bincount(tokens[:, 0].numpy(), minlength=4), p.numpy()) > 1e-3
+
+
+# --- The test can fail: planted bugs are caught -----------------------------------------------
+
+def buggy_resample_from_p(target_probs, draft_tokens, draft_probs=None, generator=None):
+    """Planted bug: on rejection, sample from p instead of the residual max(p - q, 0)."""
+    p = target_probs.float()
+    b, k1, v = p.shape
+    q = draft_probs.float()
+    pd = p[:, :-1].gather(2, draft_tokens[..., None]).squeeze(-1)
+    qd = q.gather(2, draft_tokens[..., None]).squeeze(-1)
+    accept = torch.rand(pd.shape, generator=generator) * qd < pd
+    n = torch.cumprod(accept.long(), 1).sum(1)
+    nxt = torch.multinomial(p[torch.arange(b), n], 1, generator=generator).squeeze(1)
+    out = torch.full((b, k1), -1)
+    out[:, 0] = torch.where(n > 0, draft_tokens[:, 0], nxt)
+    return out, n
+
+
+def buggy_always_accept(target_probs, draft_tokens, draft_probs=None, generator=None):
+    """Planted bug: accept every draft (what a wrong acceptance test amounts to)."""
+    b, k1, _ = target_probs.shape
+    out = torch.full((b, k1), -1)
+    out[:, :-1] = draft_tokens
+    return out, torch.full((b,), k1 - 1)
+
+
+@pytest.mark.parametrize("sampler", [buggy_resample_from_p, buggy_always_accept])
+def test_planted_bugs_are_detected(sampler):
+    p, q = CASES["random"]
+    counts = first_token_counts(p, q, 20000, sampler=sampler)
+    assert chi2_pvalue(counts, p.numpy()) < 1e-6
