@@ -5,12 +5,13 @@ import pytest
 from specdecode_ref.proposers import NgramProposer, load_proposer
 
 
-def reference_lookup(tokens, k, min_n, max_n):
-    """Brute force: longest suffix with an earlier occurrence (most recent), periodic continuation."""
+def reference_lookup(tokens, k, min_n, max_n, occurrence="recent"):
+    """Brute force: longest suffix with an earlier occurrence, periodic continuation."""
     length = len(tokens)
     for n in range(min(max_n, length), min_n - 1, -1):
         suffix = tokens[length - n:]
-        for end in range(length - 2, n - 2, -1):
+        ends = range(length - 2, n - 2, -1) if occurrence == "recent" else range(n - 1, length - 1)
+        for end in ends:
             if tokens[end - n + 1: end + 1] == suffix:
                 period = length - 1 - end
                 return [tokens[end + 1 + (j % period)] for j in range(k)]
@@ -47,9 +48,11 @@ def test_matches_brute_force_and_is_incremental():
         tokens = [rng.randrange(vocab) for _ in range(rng.randrange(1, 60))]
         k, min_n = rng.randrange(1, 6), rng.randrange(1, 3)
         max_n = min_n + rng.randrange(0, 4)
-        p = NgramProposer(k=k, min_n=min_n, max_n=max_n)
+        occurrence = rng.choice(["recent", "first"])
+        p = NgramProposer(k=k, min_n=min_n, max_n=max_n, occurrence=occurrence)
         for cut in range(1, len(tokens) + 1):  # grow the context as generation does
-            assert p.lookup(tokens[:cut]) == reference_lookup(tokens[:cut], k, min_n, max_n), (trial, cut)
+            expected = reference_lookup(tokens[:cut], k, min_n, max_n, occurrence)
+            assert p.lookup(tokens[:cut]) == expected, (trial, cut)
 
 
 def test_long_context_index_is_incremental():
@@ -70,7 +73,8 @@ def test_rewritten_context_rebuilds():
     assert p.lookup([9, 8, 7, 9]) == [8, 7]
 
 
-@pytest.mark.parametrize("kwargs", [dict(k=0), dict(k=-1), dict(k=2.0), dict(min_n=0), dict(min_n=3, max_n=2)])
+@pytest.mark.parametrize("kwargs", [dict(k=0), dict(k=-1), dict(k=2.0), dict(min_n=0), dict(min_n=3, max_n=2),
+                                    dict(occurrence="last")])
 def test_bad_arguments(kwargs):
     with pytest.raises(ValueError):
         NgramProposer(**kwargs)

@@ -19,8 +19,11 @@ from .base import DecodeState, Draft, Proposer
 class NgramProposer(Proposer):
     name = "ngram"
 
-    def __init__(self, k: int = 5, min_n: int = 1, max_n: int = 4):
+    def __init__(self, k: int = 5, min_n: int = 1, max_n: int = 4, occurrence: str = "recent"):
         super().__init__(k)
+        if occurrence not in ("recent", "first"):
+            raise ValueError(f"occurrence must be 'recent' or 'first', got {occurrence!r}")
+        self.occurrence = occurrence
         if not isinstance(min_n, int) or not isinstance(max_n, int) or min_n < 1 or max_n < min_n:
             raise ValueError(f"need integers 1 <= min_n <= max_n, got min_n={min_n!r}, max_n={max_n!r}")
         self.min_n, self.max_n = min_n, max_n
@@ -40,7 +43,9 @@ class NgramProposer(Proposer):
             self._reset()  # context was rewritten (a new request without begin): rebuild
         for end in range(self._indexed, len(tokens) - 1):
             for n in range(self.min_n, min(self.max_n, end + 1) + 1):
-                self._index[tuple(tokens[end - n + 1 : end + 1])] = end
+                key = tuple(tokens[end - n + 1 : end + 1])
+                if self.occurrence == "recent" or key not in self._index:
+                    self._index[key] = end
         self._indexed = max(self._indexed, len(tokens) - 1)
         self._last = tokens[self._indexed - 1] if self._indexed else None
 
