@@ -173,6 +173,10 @@ def generate(model, input_ids, proposer: Proposer | None = None, max_new_tokens:
             t0 = time.perf_counter()
             draft = proposer.propose(state)
             stats.draft_time_s += time.perf_counter() - t0
+            if len(draft) > proposer.k:
+                raise ValueError(f"{proposer!r} drafted {len(draft)} tokens, more than its k={proposer.k}")
+            if draft.probs is not None and draft.probs.shape[0] != len(draft):
+                raise ValueError(f"draft probs cover {draft.probs.shape[0]} positions for {len(draft)} tokens")
             if draft.is_tree:
                 raise NotImplementedError("tree drafts need tree verification (trees.py), not in this version")
             # Never draft past the token budget or the context window: they could not be emitted.

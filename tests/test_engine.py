@@ -216,3 +216,13 @@ def test_bad_inputs(tiny_model):
         generate(tiny_model, torch.ones(2, 3, dtype=torch.long))
     with pytest.raises(TypeError):
         generate(tiny_model, ok, sampling=0.7)
+
+
+class GreedyLiar(Proposer):
+    def propose(self, state):
+        return Draft(torch.zeros(self.k + 2, dtype=torch.long))
+
+
+def test_proposer_drafting_more_than_k_is_an_error(tiny_model):
+    with pytest.raises(ValueError, match="more than its k"):
+        generate(tiny_model, torch.tensor([1, 2, 3]), proposer=GreedyLiar(2), max_new_tokens=10)
