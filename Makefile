@@ -21,7 +21,7 @@ $(STAMP): requirements.txt
 	touch $(STAMP)
 
 setup: $(STAMP)
-	$(PY) -m specdecode_ref.models --prepare
+	$(PY) -c "from specdecode_ref.models import prepare_embedded; print(prepare_embedded())"
 
 lab: setup
 	$(VENV)/bin/jupyter lab notebooks/00_why_decoding_is_slow.ipynb --notebook-dir=.

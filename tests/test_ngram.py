@@ -80,9 +80,21 @@ def test_bad_arguments(kwargs):
         NgramProposer(**kwargs)
 
 
+def test_draft_length_scales_with_match_length():
+    tokens = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9, 1]
+    p = NgramProposer(k=8, min_n=1, max_n=4, k_per_matched_token=2)
+    assert p.lookup([9, 1, 2, 3, 4, 5, 6, 0, 9, 1]) == [2, 3, 4, 5]  # 2-gram "9 1": 2 * 2 tokens
+    assert p.lookup(tokens + [2, 3]) == [4, 5, 6, 7, 8, 9, 1, 2]  # a 4-gram match: capped at k
+    assert NgramProposer(k=8, k_per_matched_token=3).lookup([5, 9, 1, 5]) == [9, 1, 5]
+    with pytest.raises(ValueError):
+        NgramProposer(k_per_matched_token=0)
+
+
 def test_load_proposer():
     p = load_proposer("ngram", k=7, max_n=3)
-    assert isinstance(p, NgramProposer) and p.k == 7 and p.max_n == 3
+    assert isinstance(p, NgramProposer) and p.k == 7 and p.max_n == 3 and p.k_per_matched_token == 2
+    assert load_proposer("ngram").k == 8
+    assert load_proposer("ngram", k_per_matched_token=None).k_per_matched_token is None
     with pytest.raises(ValueError, match="unknown proposer"):
         load_proposer("nope")
     with pytest.raises(NotImplementedError):

@@ -19,8 +19,15 @@ from .base import DecodeState, Draft, Proposer
 class NgramProposer(Proposer):
     name = "ngram"
 
-    def __init__(self, k: int = 5, min_n: int = 1, max_n: int = 4, occurrence: str = "recent"):
+    def __init__(self, k: int = 5, min_n: int = 1, max_n: int = 4, occurrence: str = "recent",
+                 k_per_matched_token: int | None = None):
         super().__init__(k)
+        if k_per_matched_token is not None and (not isinstance(k_per_matched_token, int) or k_per_matched_token < 1):
+            raise ValueError(f"k_per_matched_token must be None or an int >= 1, got {k_per_matched_token!r}")
+        # A longer suffix match predicts a longer accepted run (notebook 04 measures it), so a
+        # match of n tokens may draft at most k_per_matched_token * n: short, doubtful matches
+        # then cost little verify time. None drafts k whatever the match length.
+        self.k_per_matched_token = k_per_matched_token
         if occurrence not in ("recent", "first"):
             raise ValueError(f"occurrence must be 'recent' or 'first', got {occurrence!r}")
         self.occurrence = occurrence
@@ -58,8 +65,9 @@ class NgramProposer(Proposer):
             if end is None:
                 continue
             period = length - 1 - end  # distance from that occurrence to the suffix
+            size = self.k if self.k_per_matched_token is None else min(self.k, self.k_per_matched_token * n)
             # Past the end of the context the continuation repeats with that period.
-            return [tokens[end + 1 + (j % period)] for j in range(self.k)]
+            return [tokens[end + 1 + (j % period)] for j in range(size)]
         return []
 
     def propose(self, state: DecodeState) -> Draft:
@@ -67,4 +75,6 @@ class NgramProposer(Proposer):
         return Draft(torch.tensor(draft, dtype=torch.long, device=state.device))
 
     def __repr__(self) -> str:
-        return f"NgramProposer(k={self.k}, min_n={self.min_n}, max_n={self.max_n})"
+        extra = "" if self.k_per_matched_token is None else f", k_per_matched_token={self.k_per_matched_token}"
+        return (f"NgramProposer(k={self.k}, min_n={self.min_n}, max_n={self.max_n}, "
+                f"occurrence={self.occurrence!r}{extra})")
