@@ -127,9 +127,17 @@ def load_model(name: str | None = None, device=None, dtype=None):
 
     device = torch.device(device) if device is not None else default_device()
     dtype = resolve_dtype(dtype, device)
+    from transformers.utils import logging as hf_logging
+
     path = prepare_embedded() if name in (None, EMBEDDED) else name
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    bar_was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a 2-second local load needs no bar in every notebook
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    finally:
+        if bar_was_on:
+            hf_logging.enable_progress_bar()
     model.to(device).eval()
     model.requires_grad_(False)
     return model, tokenizer

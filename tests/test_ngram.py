@@ -99,3 +99,9 @@ def test_load_proposer():
         load_proposer("nope")
     with pytest.raises(NotImplementedError):
         load_proposer("eagle")
+
+
+def test_unrelated_context_with_same_token_at_the_seam_rebuilds():
+    p = NgramProposer(k=2, min_n=1, max_n=2)
+    p.lookup([1, 2, 3, 1])
+    assert p.lookup([5, 6, 3, 8, 2]) == []  # shares token 3 at index 2, nothing else

@@ -39,22 +39,29 @@ class NgramProposer(Proposer):
     def _reset(self):
         self._index: dict = {}  # n-gram tuple -> last position where it ends (with a follower)
         self._indexed = 0  # n-grams ending before this position are in the index
-        self._last = None  # token at position _indexed - 1, to notice a rewritten context
+        self._copy: list = []  # the indexed prefix, to notice a rewritten context
+        self._source = None  # the list object last synced
 
     def begin(self, state: DecodeState) -> None:
         self._reset()
 
     def _sync(self, tokens: list) -> None:
         """Index every n-gram that ends before the last token (so each has a follower)."""
-        if self._indexed and (len(tokens) <= self._indexed or tokens[self._indexed - 1] != self._last):
-            self._reset()  # context was rewritten (a new request without begin): rebuild
+        if self._indexed and not (tokens is self._source and len(tokens) > self._indexed):
+            # A different list (or one that shrank): keep the index only if it still describes
+            # this context's prefix. The engine always passes the same growing list, so this
+            # O(L) comparison runs only for ad-hoc calls (notebooks, labs).
+            if len(tokens) <= self._indexed or tokens[: self._indexed] != self._copy:
+                self._reset()
+        self._source = tokens
         for end in range(self._indexed, len(tokens) - 1):
             for n in range(self.min_n, min(self.max_n, end + 1) + 1):
                 key = tuple(tokens[end - n + 1 : end + 1])
                 if self.occurrence == "recent" or key not in self._index:
                     self._index[key] = end
-        self._indexed = max(self._indexed, len(tokens) - 1)
-        self._last = tokens[self._indexed - 1] if self._indexed else None
+        if len(tokens) - 1 > self._indexed:
+            self._copy.extend(tokens[self._indexed : len(tokens) - 1])
+            self._indexed = len(tokens) - 1
 
     def lookup(self, tokens: list) -> list:
         """Draft for a plain list of ids (used by ``propose``; handy in notebooks and labs)."""
