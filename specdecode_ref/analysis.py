@@ -104,3 +104,272 @@ def verify_cost_from_curve(ns: Sequence[int], times: Sequence[float]) -> Callabl
         return float(t / t1)
 
     return cost
+
+
+# --------------------------------------------------------------------------------------------
+# Notebooks 02 and 03: Monte Carlo, measured rates, predictions from measurements, the K rule.
+# --------------------------------------------------------------------------------------------
+
+def expected_accepted_per_step(alpha, k):
+    """E[accepted drafts per step] = alpha (1 - alpha^k) / (1 - alpha) (alpha = 1 gives k).
+
+    This is expected_tokens_per_step(alpha, k) - 1: every step also emits exactly one token
+    sampled by the target (the correction after a rejection, or the bonus after k acceptances).
+    """
+    return expected_tokens_per_step(alpha, k) - 1.0
+
+
+def expected_tokens_bonus_counted_twice(alpha, k):
+    """The popular mistake, for teaching only: 1 + (1 - alpha^(k+1)) / (1 - alpha).
+
+    The geometric sum 1 + alpha + ... + alpha^k already holds the target's token (its first
+    term); adding "+1 for the bonus token" counts that token twice. Always exactly one token per
+    step too many, so it claims 2 tokens per step for a drafter that is never right (alpha = 0).
+    """
+    return expected_tokens_per_step(alpha, k) + 1.0
+
+
+def _rates_for(alpha_or_rates, k: int) -> np.ndarray:
+    """Per-position conditional acceptance rates for positions 1..k (a scalar is i.i.d.)."""
+    r = np.asarray(alpha_or_rates, dtype=float)
+    if r.ndim == 0:
+        _check_alpha(r)
+        return np.full(k, float(r))
+    if r.ndim != 1 or r.size < k:
+        raise ValueError(f"need a scalar alpha or at least k={k} per-position rates, got shape {r.shape}")
+    _check_alpha(r)
+    return r[:k].copy()
+
+
+def simulate_tokens_per_step(alpha_or_rates, k: int, n_steps: int, rng=None,
+                             count_bonus_twice: bool = False) -> np.ndarray:
+    """Monte Carlo of speculative steps: the number of tokens each of ``n_steps`` steps emits.
+
+    alpha_or_rates: a scalar alpha (i.i.d. acceptance at every draft position) or a sequence of
+    conditional rates a_1, a_2, ... (a_i = P(position i accepted | positions 1..i-1 accepted)).
+    One step draws the k accept/reject outcomes in order, stops at the first rejection, and
+    emits the accepted drafts plus one target token (correction or bonus). With
+    ``count_bonus_twice`` it credits a second target token per step: the bookkeeping of the
+    popular mistake (see :func:`expected_tokens_bonus_counted_twice`), to compare against.
+    rng: a numpy Generator or a seed (None = fresh entropy).
+    """
+    k = int(_check_k(k))
+    if not isinstance(n_steps, (int, np.integer)) or n_steps < 1:
+        raise ValueError(f"n_steps must be an int >= 1, got {n_steps!r}")
+    rates = _rates_for(alpha_or_rates, k)
+    rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+    accepted = np.cumprod(rng.random((int(n_steps), k)) < rates, axis=1).sum(axis=1)
+    return accepted + (2 if count_bonus_twice else 1)
+
+
+def survival_from_lengths(accepted_lengths: Sequence[int], draft_lengths: Sequence[int], k_max: int | None = None):
+    """Per-position counts from per-step records, in both conventions.
+
+    Returns ``(reached, accepted, drafted)``, arrays over positions 1..k_max:
+    drafted[i] = steps that drafted position i; reached[i] = steps that drafted position i and
+    accepted every earlier position (so position i was actually tested); accepted[i] = steps that
+    accepted position i. conditional rate = accepted / reached; vLLM's per-position rate (and
+    SpecStats.per_position_acceptance) = accepted / drafted.
+    """
+    acc = np.asarray(accepted_lengths, dtype=int)
+    dra = np.asarray(draft_lengths, dtype=int)
+    if acc.shape != dra.shape or acc.ndim != 1:
+        raise ValueError("accepted_lengths and draft_lengths must be 1-D and of equal length")
+    if np.any(acc < 0) or np.any(acc > dra):
+        raise ValueError("need 0 <= accepted <= drafted at every step")
+    k_max = int(dra.max(initial=0)) if k_max is None else int(k_max)
+    pos = np.arange(1, k_max + 1)[None, :]
+    drafted = (dra[:, None] >= pos).sum(axis=0)
+    reached = ((dra[:, None] >= pos) & (acc[:, None] >= pos - 1)).sum(axis=0)
+    accepted = (acc[:, None] >= pos).sum(axis=0)
+    return reached, accepted, drafted
+
+
+def conditional_position_rates(per_position_acceptance: Sequence[float]) -> np.ndarray:
+    """Turn vLLM-style per-position rates into conditional ones: a_i = S_i / S_(i-1), S_0 = 1.
+
+    ``SpecStats.per_position_acceptance`` (like vLLM's metric) is S_i = accepted at position i /
+    drafts that reached position i *in the draft*, i.e. P(at least i accepted): a survival
+    curve, non-increasing when every draft has the same length. The i.i.d. formula and
+    :func:`expected_tokens_from_position_rates` want the conditional rate a_i =
+    P(i accepted | 1..i-1 accepted). Exact when all drafts have equal length; positions after a
+    zero survival get rate 0.
+    """
+    s = np.asarray(per_position_acceptance, dtype=float)
+    if np.any((s < 0) | (s > 1)):
+        raise ValueError("per-position acceptance rates must lie in [0, 1]")
+    prev = np.concatenate([[1.0], s[:-1]])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(prev > 0, s / prev, 0.0)
+    return np.clip(out, 0.0, 1.0)
+
+
+def expected_tokens_from_survival(per_position_acceptance: Sequence[float]) -> float:
+    """E[tokens per step] from vLLM-style per-position rates S_i = P(at least i accepted):
+    1 + S_1 + ... + S_k (the same number as expected_tokens_from_position_rates of the
+    conditional rates; feeding S_i to that function instead multiplies twice)."""
+    s = np.asarray(per_position_acceptance, dtype=float)
+    if np.any((s < 0) | (s > 1)):
+        raise ValueError("per-position acceptance rates must lie in [0, 1]")
+    return float(1.0 + s.sum())
+
+
+def estimate_alpha(accepted_lengths: Sequence[int], draft_lengths: Sequence[int]) -> float:
+    """Maximum-likelihood alpha under the i.i.d. model from per-step records.
+
+    Each tested draft position is one Bernoulli(alpha) trial: a step that drafted n tokens and
+    accepted m tested m + 1 positions (m successes, one failure) if m < n, else n positions (all
+    successes). So alpha_hat = accepted / (accepted + number of steps with a rejection). Steps
+    with an empty draft carry no information. Note that SpecStats.acceptance_rate (accepted /
+    drafted, vLLM's "draft acceptance rate") is a different number: under i.i.d. acceptance it is
+    E[accepted] / k, smaller than alpha.
+    """
+    acc = np.asarray(accepted_lengths, dtype=int)
+    dra = np.asarray(draft_lengths, dtype=int)
+    if acc.shape != dra.shape:
+        raise ValueError("accepted_lengths and draft_lengths must have equal length")
+    if np.any(acc < 0) or np.any(acc > dra):
+        raise ValueError("need 0 <= accepted <= drafted at every step")
+    used = dra > 0
+    successes = int(acc[used].sum())
+    failures = int((acc[used] < dra[used]).sum())
+    if successes + failures == 0:
+        raise ValueError("no drafted positions: alpha cannot be estimated")
+    return successes / (successes + failures)
+
+
+def alpha_from_tau(tau: float, k: int) -> float:
+    """The i.i.d. alpha whose expected tokens per step (k drafts, bonus counted) equal tau.
+
+    E is increasing in alpha from 1 (alpha = 0) to k + 1 (alpha = 1); solved by bisection.
+    """
+    k = int(_check_k(k))
+    if not 1.0 <= tau <= k + 1.0:
+        raise ValueError(f"tau must lie in [1, k+1] = [1, {k + 1}], got {tau!r}")
+    lo, hi = 0.0, 1.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if expected_tokens_per_step(mid, k) < tau:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def _verify_value(verify_cost, k) -> float:
+    """verify_cost at a possibly fractional k (mean draft length); callables get the raw value."""
+    if callable(verify_cost):
+        v = float(verify_cost(k))
+    else:
+        v = float(verify_cost)
+    if v <= 0:
+        raise ValueError("verify_cost must be > 0 (in units of one single-token target step)")
+    return v
+
+
+def expected_speedup_from_position_rates(rates: Sequence[float], k: int, c: float,
+                                         verify_cost: float | Callable[[int], float] = 1.0,
+                                         c_step: float = 0.0) -> float:
+    """Speedup with position-dependent acceptance: (1 + a_1 + a_1 a_2 + ...) / (c_step + k c + V(k)).
+
+    rates: conditional rates a_1..a_k (at least k of them). c: cost per drafted token; c_step:
+    fixed draft cost per step (e.g. an n-gram lookup); V(k) = verify_cost(k) = T(k+1)/T(1).
+    All costs in units of one plain decoding step.
+    """
+    k = int(_check_k(k))
+    if c < 0 or c_step < 0:
+        raise ValueError("draft costs c and c_step must be >= 0")
+    e = expected_tokens_from_position_rates(_rates_for(rates, k)) if k > 0 else 1.0
+    return e / (c_step + k * c + _verify_value(verify_cost, k))
+
+
+def predicted_speedup_from_measurements(k: float, c: float, verify_cost: float | Callable = 1.0, *,
+                                        tau: float | None = None, position_rates: Sequence[float] | None = None,
+                                        alpha: float | None = None, c_step: float = 0.0,
+                                        draft_fraction: float = 1.0) -> float:
+    """Predicted speedup over plain decoding from measured quantities (all costs relative to T(1)).
+
+    Give exactly one of
+      tau: measured tokens per step (SpecStats.mean_accepted_length; already includes steps
+           with empty drafts, so draft_fraction is not used with it);
+      position_rates: measured *conditional* per-position rates a_1..a_k (see
+           :func:`conditional_position_rates` for SpecStats' survival-style rates);
+      alpha: an i.i.d. acceptance rate (e.g. :func:`estimate_alpha`).
+    k: tokens drafted per drafting step (may be a mean, e.g. drafted / drafting steps).
+    c: cost of one drafted token, c_step: fixed draft cost per step (an n-gram proposer costs a
+    lookup per step, whatever k); verify_cost: T(k+1)/T(1), a number or a function of k.
+    draft_fraction: share of steps where the proposer produced a draft; the other steps emit one
+    token at cost c_step + 1 (a plain step plus the failed lookup).
+
+    speedup = E[tokens per step] / E[cost per step]. With tau the acceptance part is measured and
+    only the cost model is a prediction; with rates or alpha both are.
+    """
+    given = [x is not None for x in (tau, position_rates, alpha)]
+    if sum(given) != 1:
+        raise ValueError("give exactly one of tau, position_rates, alpha")
+    if k < 0 or c < 0 or c_step < 0:
+        raise ValueError("k, c and c_step must be >= 0")
+    if not 0.0 <= draft_fraction <= 1.0:
+        raise ValueError("draft_fraction must lie in [0, 1]")
+    v_k = _verify_value(verify_cost, k)
+    v_0 = _verify_value(verify_cost, 0)
+    if tau is not None:
+        if tau < 1.0:
+            raise ValueError("tau counts the target's token, so tau >= 1")
+        cost = c_step + draft_fraction * (k * c + v_k) + (1.0 - draft_fraction) * v_0
+        return float(tau / cost)
+    kk = int(round(k))
+    if position_rates is not None:
+        e_draft = expected_tokens_from_position_rates(_rates_for(position_rates, kk))
+    else:
+        e_draft = float(expected_tokens_per_step(alpha, kk))
+    e = draft_fraction * e_draft + (1.0 - draft_fraction) * 1.0
+    cost = c_step + draft_fraction * (k * c + v_k) + (1.0 - draft_fraction) * v_0
+    return float(e / cost)
+
+
+def marginal_gain(alpha: float, k: int, c: float, verify_cost: float | Callable[[int], float] = 1.0):
+    """What the (k+1)-th draft token adds: ``(extra tokens, extra cost, current speedup)``.
+
+    Drafting one more token adds alpha^(k+1) expected tokens at cost c + V(k+1) - V(k): if one of
+    the first k drafts is rejected nothing changes; if the first k pass and the (k+1)-th fails,
+    its correction replaces the bonus (k+1 tokens either way); only when all k+1 pass
+    (probability alpha^(k+1)) does the step emit k+2 tokens instead of k+1.
+    Since (E + dE) / (C + dC) > E / C exactly when dE / dC > E / C, going from k to k+1 pays
+    iff alpha^(k+1) / (c + dV) > current speedup: the marginal token must beat the average.
+    """
+    _check_alpha(alpha)
+    k = int(_check_k(k))
+    de = float(alpha) ** (k + 1)
+    v = (lambda kk: _verify_value(verify_cost, kk))
+    dc = c + v(k + 1) - v(k)
+    s = float(expected_tokens_per_step(alpha, k)) / (k * c + v(k))
+    return de, dc, s
+
+
+def optimal_k_grid(alphas: Sequence[float], cs: Sequence[float],
+                   verify_cost: float | Callable[[int], float] = 1.0, k_max: int = 64) -> np.ndarray:
+    """optimal_k over a grid: array [len(cs), len(alphas)] (rows: c, columns: alpha), for heat maps."""
+    return np.array([[optimal_k(float(a), float(c), verify_cost, k_max) for a in alphas] for c in cs])
+
+
+def monotone_cost_curve(ns: Sequence[int], times: Sequence[float]) -> np.ndarray:
+    """Non-decreasing least-squares fit of a measured cost curve (pool-adjacent-violators).
+
+    Scoring more tokens in one forward never does less work, so a dip in a measured T(n) (say
+    T(4) < T(3)) is timing noise; an optimiser fed the raw curve would chase it (pick k = 3
+    because T(4) happened to be low). Returns fitted times in the order of sorted ``ns``.
+    """
+    ns = np.asarray(ns, dtype=float)
+    ts = np.asarray(times, dtype=float)
+    if ns.shape != ts.shape or ns.size < 1:
+        raise ValueError("need equally long, non-empty ns and times")
+    ts = ts[np.argsort(ns)]
+    blocks = []  # [mean, weight]
+    for t in ts:
+        blocks.append([float(t), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            m2, w2 = blocks.pop()
+            m1, w1 = blocks.pop()
+            blocks.append([(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2])
+    return np.concatenate([np.full(int(w), m) for m, w in blocks])
