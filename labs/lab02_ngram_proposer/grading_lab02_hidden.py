@@ -1,0 +1,133 @@
+"""Lab 2 grading tests (hidden): edge cases, a brute-force comparison, and a 4k-token context."""
+import random
+import time
+
+import pytest
+
+from grading_lab02 import brute_force, random_text
+from specdecode_ref.grading import lab_fixture, points
+
+lab = lab_fixture(__file__)
+
+
+@points(1)
+def test_match_at_the_very_end(lab):
+    """ngram_lookup: an occurrence that overlaps the suffix (period 1 or 2) still counts."""
+    assert lab.ngram_lookup([9, 4, 4, 4], k=3) == [4, 4, 4]
+    assert lab.ngram_lookup([3, 3], k=2) == [3, 3]
+    assert lab.ngram_lookup([8, 1, 2, 1, 2], k=3) == [1, 2, 1]
+
+
+@points(1)
+def test_min_and_max_n_respected(lab):
+    """ngram_lookup: suffixes shorter than min_n or longer than max_n are not used."""
+    assert lab.ngram_lookup([1, 2, 3, 1], k=2, min_n=2, max_n=3) == []
+    assert lab.ngram_lookup([1, 2, 3, 1], k=2, min_n=1, max_n=3) == [2, 3]
+    # The 3-gram [1, 2, 3] points to 4, the 2-gram [2, 3] more recently to 5.
+    tokens = [1, 2, 3, 4, 0, 2, 3, 5, 1, 2, 3]
+    assert lab.ngram_lookup(tokens, k=1, max_n=3) == [4]
+    assert lab.ngram_lookup(tokens, k=1, max_n=2) == [5]
+
+
+@points(1)
+def test_empty_and_short_contexts(lab):
+    """ngram_lookup: [] and one-token contexts propose nothing."""
+    assert lab.ngram_lookup([], k=3) == []
+    assert lab.ngram_lookup([5], k=3) == []
+
+
+@points(3)
+def test_against_brute_force(lab):
+    """ngram_lookup agrees with a brute force on 600 random contexts and settings."""
+    rng = random.Random(11)
+    for case in range(600):
+        tokens = random_text(case, rng.randrange(0, 40), rng.choice([2, 3, 5, 8]))
+        min_n = rng.randrange(1, 4)
+        max_n = rng.randrange(min_n, 6)
+        k = rng.randrange(1, 9)
+        want = brute_force(tokens, k, min_n, max_n)
+        got = lab.ngram_lookup(list(tokens), k, min_n, max_n)
+        assert list(got) == want, f"tokens={tokens}, k={k}, min_n={min_n}, max_n={max_n}: got {got}, want {want}"
+
+
+@points(1)
+def test_invalid_arguments(lab):
+    """ngram_lookup raises ValueError for k < 1, min_n < 1 or max_n < min_n."""
+    for kwargs in (dict(k=0), dict(k=2, min_n=0), dict(k=2, min_n=3, max_n=2)):
+        with pytest.raises(ValueError):
+            lab.ngram_lookup([1, 2, 1, 2], **kwargs)
+
+
+@points(1)
+def test_does_not_modify_input(lab):
+    """ngram_lookup and NgramProposer.lookup leave the token list alone."""
+    tokens = [4, 5, 6, 4, 5]
+    lab.ngram_lookup(tokens, k=6)
+    lab.NgramProposer(k=6).lookup(tokens)
+    assert tokens == [4, 5, 6, 4, 5]
+
+
+@points(1)
+def test_proposer_respects_settings(lab):
+    """NgramProposer with k=6, min_n=2, max_n=3 on growing random contexts."""
+    prop = lab.NgramProposer(k=6, min_n=2, max_n=3)
+    ctx = []
+    for t in random_text(3, 400, 4):
+        ctx.append(t)
+        got = prop.lookup(ctx)
+        assert list(got) == brute_force(ctx, 6, 2, 3), f"context length {len(ctx)}"
+
+
+@points(1)
+def test_proposer_new_context(lab):
+    """NgramProposer.lookup handed an unrelated context (a new request) answers for that one."""
+    prop = lab.NgramProposer(k=3)
+    first = random_text(4, 200, 6)
+    for n in range(1, 201):
+        prop.lookup(first[:n])
+    second = [t + 10 for t in random_text(5, 120, 6)]  # shorter, no token in common
+    assert list(prop.lookup(second)) == brute_force(second, 3)
+    third = [t + 20 for t in random_text(6, 300, 6)]  # longer, no token in common
+    assert list(prop.lookup(third)) == brute_force(third, 3)
+
+
+LONG = 4096
+LATE = LONG - 256
+
+
+@points(2)
+def test_proposer_long_context_correct(lab):
+    """A 4k-token context: catch up in one call, then one token per call; drafts match the rule."""
+    text = random_text(7, LONG, 50)
+    prop = lab.NgramProposer(k=5)
+    ctx = text[:LATE]
+    assert list(prop.lookup(ctx)) == brute_force(ctx, 5)
+    for i, t in enumerate(text[LATE:]):
+        ctx.append(t)
+        got = prop.lookup(ctx)
+        if i % 13 == 0:
+            assert list(got) == brute_force(ctx, 5), f"context length {len(ctx)}"
+
+
+def _time_block(prop, ctx, new_tokens):
+    t0 = time.process_time()
+    for t in new_tokens:
+        ctx.append(t)
+        prop.lookup(ctx)
+    return time.process_time() - t0
+
+
+@points(2)
+def test_proposer_cost_does_not_grow(lab):
+    """256 one-token steps at a 4k context cost about as much as at the start (CPU time, 4x + 50 ms slack)."""
+    text = random_text(8, LONG, 50)
+    for attempt in range(2):
+        early = _time_block(lab.NgramProposer(k=5), [], text[:256])
+        prop = lab.NgramProposer(k=5)
+        ctx = text[:LATE]
+        prop.lookup(ctx)  # index the long context once (not timed)
+        late = _time_block(prop, ctx, text[LATE:])
+        if late <= 4 * early + 0.05:
+            return
+    pytest.fail(f"256 steps took {late:.3f} s at 4k tokens vs {early:.3f} s at the start: "
+                "does every call rescan the context?")

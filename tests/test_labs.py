@@ -1,0 +1,228 @@
+"""The graded labs: the grader can pass *and* fail.
+
+For every lab folder: the reference and the worked solution score 100 %, the untouched stubs score
+0 (every test stops at NotImplementedError, and the grader does not crash), and every planted bug
+loses points on the tests its docstring names. Plus the grader's own mechanics on a toy lab
+(syntax errors, endless loops, crashes, missing files, the JSON/CSV report), the API of each
+student file, the handout, and that `pytest labs` collects only the notebooks.
+"""
+from __future__ import annotations
+
+import csv
+import inspect
+import json
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from specdecode_ref import grading
+
+ROOT = Path(__file__).resolve().parent.parent
+LAB_DIRS = sorted(p for p in (ROOT / "labs").glob("lab[0-9]*") if p.is_dir())
+LAB_IDS = [p.name for p in LAB_DIRS]
+
+
+def test_labs_exist():
+    assert [p.name[:5] for p in LAB_DIRS][:3] == ["lab01", "lab02", "lab03"]
+
+
+@pytest.fixture(scope="module")
+def self_tests():
+    """Self-test every lab once, the labs in parallel (each grades its submissions in one process)."""
+    with ThreadPoolExecutor(max_workers=len(LAB_DIRS)) as pool:
+        results = list(pool.map(lambda d: grading.self_test(d, test_timeout=60, timeout=300), LAB_DIRS))
+    return dict(zip(LAB_IDS, results))
+
+
+@pytest.mark.parametrize("lab", LAB_IDS)
+def test_self_test(self_tests, lab):
+    problems, report = self_tests[lab]
+    print(grading.format_report(report))
+    assert not problems, "\n".join(problems)
+    by_name = {r["student"]: r for r in report["submissions"]}
+    assert by_name["reference"]["percent"] == 100.0
+    assert by_name["stubs"]["score"] == 0 and by_name["stubs"]["status"] == "ok"
+    bugs = [r for name, r in by_name.items() if name.startswith("bug:")]
+    assert len(bugs) >= 2 and all(r["score"] < r["max_score"] for r in bugs)
+    assert any(t["hidden"] for t in report["tests"]) and any(not t["hidden"] for t in report["tests"])
+
+
+def _public(module):
+    return {name: obj for name, obj in vars(module).items()
+            if not name.startswith("_") and (inspect.isfunction(obj) or inspect.isclass(obj))
+            and getattr(obj, "__module__", None) == module.__name__}
+
+
+def _signature(obj):
+    target = obj.__init__ if inspect.isclass(obj) else obj
+    return list(inspect.signature(target).parameters)
+
+
+@pytest.mark.parametrize("lab_dir", LAB_DIRS, ids=LAB_IDS)
+def test_student_api_matches_reference(lab_dir):
+    """student.py, reference.py and solution.py offer the same names with the same parameters,
+    and every stub is documented."""
+    student = grading.load_lab("student", lab_dir)
+    reference = grading.load_lab("reference", lab_dir)
+    solution = grading.load_lab("solution", lab_dir)
+    names = set(_public(student))
+    assert names, "student.py defines nothing"
+    for name, obj in _public(student).items():
+        assert inspect.getdoc(obj), f"student.py: {name} has no docstring"
+        for other in (reference, solution):
+            assert hasattr(other, name), f"{other.__lab_impl__} lacks {name}"
+            assert _signature(getattr(other, name)) == _signature(obj), f"{name}: parameters differ in {other.__lab_impl__}"
+
+
+def test_load_lab_switch(monkeypatch):
+    lab_dir = ROOT / "labs" / "lab03_speedup_model"
+    monkeypatch.setenv(grading.IMPL_ENV, "reference")
+    assert grading.load_lab(lab_dir=lab_dir).expected_tokens_per_step(1.0, 3) == 4.0
+    monkeypatch.setenv(grading.IMPL_ENV, str(lab_dir / "planted_bugs" / "bonus_counted_twice.py"))
+    assert grading.load_lab(lab_dir=lab_dir).expected_tokens_per_step(1.0, 3) == 5.0
+    monkeypatch.delenv(grading.IMPL_ENV)
+    with pytest.raises(NotImplementedError):
+        grading.load_lab(lab_dir=lab_dir).expected_tokens_per_step(1.0, 3)
+    with pytest.raises(grading.LabLoadError, match="no implementation file"):
+        grading.load_lab("nope.py", lab_dir)
+
+
+def test_points_and_chi2_helpers():
+    with pytest.raises(ValueError):
+        grading.points(-1)
+    assert grading.chi2_pvalue([250, 250, 500], [0.25, 0.25, 0.5]) > 0.9
+    assert grading.chi2_pvalue([10, 0, 990], [0.0, 0.5, 0.5]) == 0.0
+    assert grading.chi2_pvalue([900, 100], [0.5, 0.5]) < 1e-6
+
+
+def test_pytest_collects_only_the_notebooks():
+    """`pytest labs` must not pick up the grading tests (they would grade the stubs and fail)."""
+    out = subprocess.run([sys.executable, "-m", "pytest", "labs", "--collect-only", "-q", "-p", "no:cacheprovider"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    ids = [line for line in out.stdout.splitlines() if "::" in line]
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert ids and all(line.split("::")[0].endswith(".ipynb") for line in ids), ids
+    assert {line.split("::")[0] for line in ids} == {f"labs/{d}/{d}.ipynb" for d in LAB_IDS}
+
+
+@pytest.mark.parametrize("lab_dir", LAB_DIRS, ids=LAB_IDS)
+def test_notebook_committed_executed(lab_dir):
+    nb = nbformat.read(lab_dir / f"{lab_dir.name}.ipynb", as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code and all(c.outputs for c in code[:1]), "commit the notebook executed"
+    errors = [o for c in code for o in c.outputs if o.output_type == "error"]
+    assert not errors, errors
+    assert any("load_lab(IMPL" in c.source for c in code) and "self_check(IMPL)" in code[-1].source
+
+
+def test_handout(tmp_path):
+    dest = grading.handout(ROOT / "labs" / "lab01_rejection_sampler", tmp_path)
+    names = sorted(p.name for p in dest.iterdir())
+    assert names == ["grading_lab01.py", "lab01_rejection_sampler.ipynb", "reference.py", "student.py"]
+    nb = nbformat.read(dest / "lab01_rejection_sampler.ipynb", as_version=4)
+    assert all(not c.outputs for c in nb.cells if c.cell_type == "code")
+
+
+# --- the grader's mechanics, on a toy lab that needs nothing but the standard library -------------
+
+TOY_TESTS = '''
+from specdecode_ref.grading import lab_fixture, points
+
+lab = lab_fixture(__file__)
+
+
+@points(2)
+def test_add(lab):
+    """add adds."""
+    assert lab.add(2, 3) == 5
+
+
+@points(1)
+def test_add_negative(lab):
+    assert lab.add(-1, -1) == -2
+'''
+TOY_HIDDEN = '''
+from specdecode_ref.grading import lab_fixture, points
+
+lab = lab_fixture(__file__)
+
+
+@points(3)
+def test_count(lab):
+    assert lab.count(3) == 3
+'''
+TOY_STUDENT = '''
+def add(a, b):
+    """Return a + b."""
+    raise NotImplementedError
+
+
+def count(n):
+    """Return n."""
+    raise NotImplementedError
+'''
+TOY_REFERENCE = '''
+def add(a, b):
+    return a + b
+
+
+def count(n):
+    return n
+'''
+SUBMISSIONS = {
+    "alice.py": TOY_REFERENCE,
+    "bob/student.py": TOY_REFERENCE.replace("a + b", "a - b"),
+    "carol/toy/student.py": "def add(a, b)\n    return a + b\n",  # syntax error
+    # An endless loop that ignores even the grader's per-test alarm: the submission time limit ends it.
+    "dave.py": TOY_REFERENCE + "\n\ndef count(n):\n    import signal\n\n"
+                               "    signal.signal(signal.SIGALRM, signal.SIG_IGN)\n    while True:\n        pass\n",
+    "erin.py": "import os\n\n\ndef add(a, b):\n    os._exit(3)\n",  # kills the grading process
+    "frank/notes.txt": "no code here",
+}
+
+
+def test_grader_mechanics(tmp_path, capsys):
+    lab = tmp_path / "toy"
+    lab.mkdir()
+    for name, text in {"grading_toy.py": TOY_TESTS, "grading_toy_hidden.py": TOY_HIDDEN,
+                       "student.py": TOY_STUDENT, "reference.py": TOY_REFERENCE}.items():
+        (lab / name).write_text(textwrap.dedent(text))
+    subs = tmp_path / "submissions"
+    for name, text in SUBMISSIONS.items():
+        (subs / name).parent.mkdir(parents=True, exist_ok=True)
+        (subs / name).write_text(text)
+    out = tmp_path / "report"
+    status = grading.main([str(lab), "--submissions", str(subs), "--reference", "--out", str(out),
+                           "--test-timeout", "1", "--timeout", "8", "--jobs", "3"])
+    printed = capsys.readouterr().out
+    assert status == 0
+
+    report = json.loads((out / "toy" / "report.json").read_text())
+    assert report["max_score"] == 6 and [t["name"] for t in report["tests"]] == ["test_add", "test_add_negative",
+                                                                                 "test_count"]
+    r = {s["student"]: s for s in report["submissions"]}
+    assert set(r) == {"reference", "alice", "bob", "carol", "dave", "erin", "frank"}
+    assert (r["reference"]["score"], r["alice"]["score"]) == (6, 6)
+    assert r["bob"]["score"] == 3 and r["bob"]["status"] == "ok"  # test_add failed, the rest passed
+    assert {t["name"]: t["outcome"] for t in r["bob"]["tests"]}["test_add"] == "failed"
+    assert r["carol"]["status"] == "load error" and "SyntaxError" in r["carol"]["message"] and r["carol"]["score"] == 0
+    assert r["dave"]["status"] == "timeout" and r["dave"]["score"] == 3  # the tests before the loop count
+    assert r["erin"]["status"] == "crashed" and r["erin"]["score"] == 0
+    assert r["frank"]["status"] == "missing" and r["frank"]["total"] == 3
+    assert {t["hidden"] for t in r["alice"]["tests"]} == {False, True}
+
+    rows = list(csv.DictReader((out / "toy" / "scores.csv").open()))
+    assert [row["student"] for row in rows] == ["reference", "alice", "bob", "carol", "dave", "erin", "frank"]
+    assert rows[2]["score"] == "3" and rows[2]["test_add"] == "0" and rows[2]["test_count"] == "3"
+    assert "bob" in printed and "load error" in printed and (out / "toy" / "logs" / "dave.txt").is_file()
+
+    # The untouched stubs: 0 points, every test "not implemented", nothing crashes.
+    stub = grading.grade(lab, [("stubs", lab / "student.py")], visible_only=True)
+    (only,) = stub["submissions"]
+    assert only["score"] == 0 and only["status"] == "ok" and only["total"] == 2
+    assert {t["outcome"] for t in only["tests"]} == {"not implemented"}
