@@ -166,22 +166,9 @@ def test_sampled_engine_with_planted_bug_fails(small_vocab_model, monkeypatch):
     """Plant the classic bug in the engine (resample from p, not the residual): the test catches it."""
     import specdecode_ref.engine as engine
 
-    def buggy(target_probs, draft_tokens, draft_probs=None, generator=None):
-        p = target_probs.float()
-        b, k1, v = p.shape
-        q = draft_probs.float()
-        pd = p[:, :-1].gather(2, draft_tokens[..., None]).squeeze(-1)
-        qd = q.gather(2, draft_tokens[..., None]).squeeze(-1)
-        accept = torch.rand(pd.shape, generator=generator) * qd < pd
-        n = torch.cumprod(accept.long(), 1).sum(1)
-        nxt = torch.multinomial(p[torch.arange(b), n], 1, generator=generator).squeeze(1)
-        out = torch.full((b, k1), -1)
-        for row in range(b):
-            out[row, : n[row]] = draft_tokens[row, : n[row]]
-            out[row, n[row]] = nxt[row]
-        return out, n
+    from specdecode_ref.pitfalls import resample_from_target
 
-    monkeypatch.setattr(engine, "rejection_sample", buggy)
+    monkeypatch.setattr(engine, "rejection_sample", resample_from_target)
     prompt = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
     p = sampled_joint_pvalue(small_vocab_model, prompt, lambda: RandomDraftProposer(3, 6),
                              SamplingParams(temperature=0.8))

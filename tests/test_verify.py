@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from conftest import chi2_pvalue
+from specdecode_ref.pitfalls import resample_from_target
 from specdecode_ref.verify import greedy_verify, rejection_sample
 
 
@@ -126,21 +127,6 @@ def test_padded_draft_samples_from_p():
 
 # --- The test can fail: planted bugs are caught -----------------------------------------------
 
-def buggy_resample_from_p(target_probs, draft_tokens, draft_probs=None, generator=None):
-    """Planted bug: on rejection, sample from p instead of the residual max(p - q, 0)."""
-    p = target_probs.float()
-    b, k1, v = p.shape
-    q = draft_probs.float()
-    pd = p[:, :-1].gather(2, draft_tokens[..., None]).squeeze(-1)
-    qd = q.gather(2, draft_tokens[..., None]).squeeze(-1)
-    accept = torch.rand(pd.shape, generator=generator) * qd < pd
-    n = torch.cumprod(accept.long(), 1).sum(1)
-    nxt = torch.multinomial(p[torch.arange(b), n], 1, generator=generator).squeeze(1)
-    out = torch.full((b, k1), -1)
-    out[:, 0] = torch.where(n > 0, draft_tokens[:, 0], nxt)
-    return out, n
-
-
 def buggy_always_accept(target_probs, draft_tokens, draft_probs=None, generator=None):
     """Planted bug: accept every draft (what a wrong acceptance test amounts to)."""
     b, k1, _ = target_probs.shape
@@ -149,7 +135,7 @@ def buggy_always_accept(target_probs, draft_tokens, draft_probs=None, generator=
     return out, torch.full((b,), k1 - 1)
 
 
-@pytest.mark.parametrize("sampler", [buggy_resample_from_p, buggy_always_accept])
+@pytest.mark.parametrize("sampler", [resample_from_target, buggy_always_accept])
 def test_planted_bugs_are_detected(sampler):
     p, q = CASES["random"]
     counts = first_token_counts(p, q, 20000, sampler=sampler)
