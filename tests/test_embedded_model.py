@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import chi2_pvalue
+from support import chi2_pvalue
 from specdecode_ref import SamplingParams, autoregressive_generate, chat_ids, generate
 from specdecode_ref.proposers import load_proposer
 from specdecode_ref.sampling import logits_to_probs

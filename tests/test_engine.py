@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import chi2_pvalue, make_tiny_llama
+from support import chi2_pvalue, make_tiny_llama
 from specdecode_ref import SamplingParams, autoregressive_generate, generate, kv
 from specdecode_ref.proposers import Draft, NgramProposer, Proposer
 from specdecode_ref.sampling import logits_to_probs

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import chi2_pvalue
+from support import chi2_pvalue
 from specdecode_ref.pitfalls import resample_from_target
 from specdecode_ref.verify import greedy_verify, rejection_sample
 
