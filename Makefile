@@ -5,6 +5,8 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# JupyterLab refuses to run as root (containers, course VMs) unless told it may.
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 .PHONY: setup lab test test-fast bench clean-model help
 
@@ -24,7 +26,7 @@ setup: $(STAMP)
 	$(PY) -c "from specdecode_ref.models import prepare_embedded; print(prepare_embedded())"
 
 lab: setup
-	$(VENV)/bin/jupyter lab notebooks/00_why_decoding_is_slow.ipynb --notebook-dir=.
+	$(VENV)/bin/jupyter lab notebooks/00_why_decoding_is_slow.ipynb --notebook-dir=. $(ROOT_FLAG)
 
 test: setup
 	$(PY) -m pytest
