@@ -4,24 +4,17 @@ distribution at the last draft position) instead of p_K (the position after it).
 caught by: test_every_position_and_bonus_follow_p, test_bonus_when_all_accepted
 """
 from __future__ import annotations
-
 import torch
 
+import importlib.util as _ilu
+from pathlib import Path as _Path
 
-def accept_mask(p_draft, q_draft, u):
-    return u * q_draft < p_draft
-
-
-def accepted_length(accept):
-    # cumprod turns everything after the first False into 0.
-    return torch.cumprod(accept.long(), dim=1).sum(dim=1)
-
-
-def residual_distribution(p, q):
-    r = torch.clamp(p - q, min=0.0)
-    mass = r.sum(dim=-1, keepdim=True)
-    ok = mass > 1e-12
-    return torch.where(ok, r / torch.where(ok, mass, torch.ones_like(mass)), p)
+# Everything not redefined below is the worked solution; the buggy functions are patched into it
+# too, so the solution's other functions call them (as they would in one student file).
+_spec = _ilu.spec_from_file_location("_planted_base", _Path(__file__).resolve().parents[1] / "solution.py")
+_base = _ilu.module_from_spec(_spec)
+_spec.loader.exec_module(_base)
+globals().update({_n: _v for _n, _v in vars(_base).items() if not _n.startswith("__")})
 
 
 def rejection_sample(target_probs, draft_tokens, draft_probs=None, generator=None):
@@ -64,3 +57,6 @@ def rejection_sample(target_probs, draft_tokens, draft_probs=None, generator=Non
     tokens[:, :K] = torch.where(keep, draft_tokens, torch.full_like(draft_tokens, -1))
     tokens[rows, n] = nxt
     return tokens, n
+
+
+_base.rejection_sample = rejection_sample

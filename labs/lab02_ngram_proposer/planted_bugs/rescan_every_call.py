@@ -4,34 +4,18 @@ O(L) per step and O(L^2) per generation).
 caught by: test_proposer_cost_does_not_grow
 """
 from __future__ import annotations
-
 import torch
-
 from specdecode_ref.proposers import Draft, Proposer
 
+import importlib.util as _ilu
+from pathlib import Path as _Path
 
-def _check(k, min_n, max_n):
-    if not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be an int >= 1, got {k!r}")
-    if not isinstance(min_n, int) or not isinstance(max_n, int) or not 1 <= min_n <= max_n:
-        raise ValueError(f"need integers 1 <= min_n <= max_n, got {min_n!r}, {max_n!r}")
-
-
-def _continue(tokens, e, k):
-    period = len(tokens) - 1 - e  # distance from the occurrence to the suffix
-    return [tokens[e + 1 + (j % period)] for j in range(k)]
-
-
-def ngram_lookup(tokens, k, min_n=1, max_n=4):
-    _check(k, min_n, max_n)
-    tokens = list(tokens)
-    L = len(tokens)
-    for n in range(min(max_n, L - 1), min_n - 1, -1):
-        suffix = tokens[L - n:]
-        for e in range(L - 2, n - 2, -1):  # most recent first; e <= L - 2 leaves a follower
-            if tokens[e - n + 1:e + 1] == suffix:
-                return _continue(tokens, e, k)
-    return []
+# Everything not redefined below is the worked solution; the buggy functions are patched into it
+# too, so the solution's other functions call them (as they would in one student file).
+_spec = _ilu.spec_from_file_location("_planted_base", _Path(__file__).resolve().parents[1] / "solution.py")
+_base = _ilu.module_from_spec(_spec)
+_spec.loader.exec_module(_base)
+globals().update({_n: _v for _n, _v in vars(_base).items() if not _n.startswith("__")})
 
 
 class NgramProposer(Proposer):
@@ -71,3 +55,6 @@ class NgramProposer(Proposer):
     def propose(self, state):
         draft = self.lookup(state.token_list)
         return Draft(torch.tensor(draft, dtype=torch.long, device=state.device))
+
+
+_base.NgramProposer = NgramProposer

@@ -5,32 +5,15 @@ caught by: test_optimal_k_ties_and_limits
 """
 from __future__ import annotations
 
-import numpy as np
+import importlib.util as _ilu
+from pathlib import Path as _Path
 
-
-def expected_tokens_per_step(alpha, k):
-    a = np.asarray(alpha, dtype=float)
-    kk = np.asarray(k, dtype=float)
-    if np.any((a < 0) | (a > 1)):
-        raise ValueError(f"alpha must lie in [0, 1], got {alpha!r}")
-    if np.any(kk < 0) or np.any(kk != np.round(kk)):
-        raise ValueError(f"k must be a whole number >= 0, got {k!r}")
-    a, kk = np.broadcast_arrays(a, kk)
-    safe = np.where(a < 1, a, 0.0)  # keep the division away from alpha = 1
-    out = np.where(a < 1, (1 - safe ** (kk + 1)) / (1 - safe), kk + 1)
-    return float(out) if out.ndim == 0 else out
-
-
-def _verify(verify_cost, k):
-    if callable(verify_cost):
-        return np.vectorize(lambda x: float(verify_cost(int(x))))(k)
-    return np.asarray(verify_cost, dtype=float)
-
-
-def expected_speedup(alpha, k, c, verify_cost=1.0):
-    kk = np.asarray(k, dtype=float)
-    out = expected_tokens_per_step(alpha, k) / (kk * np.asarray(c, dtype=float) + _verify(verify_cost, kk))
-    return float(out) if np.ndim(out) == 0 else out
+# Everything not redefined below is the worked solution; the buggy functions are patched into it
+# too, so the solution's other functions call them (as they would in one student file).
+_spec = _ilu.spec_from_file_location("_planted_base", _Path(__file__).resolve().parents[1] / "solution.py")
+_base = _ilu.module_from_spec(_spec)
+_spec.loader.exec_module(_base)
+globals().update({_n: _v for _n, _v in vars(_base).items() if not _n.startswith("__")})
 
 
 def optimal_k(alpha, c, verify_cost=1.0, k_max=64):
@@ -42,35 +25,4 @@ def optimal_k(alpha, c, verify_cost=1.0, k_max=64):
     return best_k
 
 
-def conditional_rates(per_position_acceptance):
-    s = np.asarray(per_position_acceptance, dtype=float)
-    prev = np.concatenate([[1.0], s[:-1]])
-    out = np.zeros_like(s)
-    reached = prev > 0
-    out[reached] = s[reached] / prev[reached]
-    return np.clip(out, 0.0, 1.0)
-
-
-def expected_tokens_from_position_rates(rates):
-    return float(1.0 + np.cumprod(np.asarray(rates, dtype=float)).sum())
-
-
-def alpha_from_tau(tau, k):
-    if k < 1 or not 1.0 <= tau <= k + 1.0:
-        raise ValueError(f"need k >= 1 and 1 <= tau <= k + 1, got tau={tau!r}, k={k!r}")
-    lo, hi = 0.0, 1.0
-    while hi - lo > 1e-12:
-        mid = (lo + hi) / 2
-        if expected_tokens_per_step(mid, k) < tau:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
-
-
-def effective_alpha(per_position_acceptance):
-    s = np.asarray(per_position_acceptance, dtype=float)
-    if s.size == 0 or np.any((s < 0) | (s > 1)):
-        raise ValueError("need one or more per-position rates in [0, 1]")
-    # 1 + S_1 + ... + S_k is already E[tokens per step]: S_i = a_1 ... a_i.
-    return alpha_from_tau(1.0 + s.sum(), len(s))
+_base.optimal_k = optimal_k
