@@ -44,7 +44,7 @@ from typing import Callable
 import torch
 
 from . import kv
-from .engine import autoregressive_generate, generate
+from .engine import autoregressive_generate, eos_token_ids, generate
 from .metrics import SpecStats
 from .models import chat_ids
 from .proposers import available_proposers, load_proposer
@@ -94,15 +94,6 @@ def timed(device, call: Callable):
     return out, time.perf_counter() - t0
 
 
-def _eos_ids(model) -> list:
-    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if eos is None:
-        eos = getattr(model.config, "eos_token_id", None)
-    if eos is None:
-        return []
-    return [int(eos)] if isinstance(eos, int) else [int(e) for e in eos]
-
-
 @register_method("plain")
 def run_plain(model, input_ids, max_new_tokens, k=None, **_):
     """The course engine's plain greedy decoding: one target forward per token (the baseline)."""
@@ -132,7 +123,7 @@ def hf_generate(model, input_ids, max_new_tokens, **generate_kwargs):
     """
     device = _device(model)
     x = torch.as_tensor(input_ids, dtype=torch.long).reshape(1, -1).to(device)
-    eos = _eos_ids(model)
+    eos = eos_token_ids(model)
     kwargs = dict(attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens, do_sample=False,
                   temperature=None, top_p=None, top_k=None)
     if eos:

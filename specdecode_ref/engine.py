@@ -37,17 +37,18 @@ class GenerationResult:
         return tokenizer.decode(self.tokens.tolist(), skip_special_tokens=skip_special_tokens)
 
 
-def _eos_ids(model, eos_token_id):
+def eos_token_ids(model, eos_token_id=None) -> list:
+    """The ids that end generation: ``eos_token_id`` if given (int or list), else the model's
+    generation config, else its config; in that order, without duplicates."""
     if eos_token_id is None:
-        gen_cfg = getattr(model, "generation_config", None)
-        eos_token_id = getattr(gen_cfg, "eos_token_id", None)
+        eos_token_id = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         if eos_token_id is None:
             eos_token_id = getattr(model.config, "eos_token_id", None)
     if eos_token_id is None:
-        return set()
+        return []
     if isinstance(eos_token_id, int):
-        return {eos_token_id}
-    return set(int(t) for t in eos_token_id)
+        return [eos_token_id]
+    return list(dict.fromkeys(int(t) for t in eos_token_id))
 
 
 def context_window(model) -> int | None:
@@ -131,7 +132,7 @@ def generate(model, input_ids, proposer: Proposer | None = None, max_new_tokens:
     prompt = _validate(model, input_ids, max_new_tokens)
     if proposer is not None:
         proposer.check_compatible(model)
-    eos = _eos_ids(model, eos_token_id) if stop_on_eos else set()
+    eos = set(eos_token_ids(model, eos_token_id)) if stop_on_eos else set()
     window = context_window(model)
 
     device = next(model.parameters()).device

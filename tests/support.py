@@ -5,9 +5,10 @@ sys.path shadow each other, so ``from conftest import ...`` would be ambiguous.)
 """
 from __future__ import annotations
 
-import numpy as np
 import torch
-from scipy import stats as scipy_stats
+
+from specdecode_ref.stats import chi_square_test
+
 
 def make_tiny_llama(vocab_size: int = 64, seed: int = 0, sharpness: float = 1.0, layers: int = 2):
     """A randomly initialised Llama small enough for thousands of forwards in a test.
@@ -29,23 +30,5 @@ def make_tiny_llama(vocab_size: int = 64, seed: int = 0, sharpness: float = 1.0,
 
 
 def chi2_pvalue(counts, probs, min_expected: float = 5.0) -> float:
-    """Chi-square goodness of fit of observed counts to probabilities; bins whose expected count is
-    below min_expected are pooled into one so the test's approximation holds."""
-    counts = np.asarray(counts, dtype=float).ravel()
-    probs = np.asarray(probs, dtype=float).ravel()
-    probs = probs / probs.sum()
-    n = counts.sum()
-    expected = probs * n
-    big = expected >= min_expected
-    obs = list(counts[big])
-    exp = list(expected[big])
-    if (~big).any():
-        obs.append(counts[~big].sum())
-        exp.append(expected[~big].sum())
-    obs, exp = np.array(obs), np.array(exp)
-    if len(obs) < 2:
-        return 1.0
-    keep = exp > 0
-    if (obs[~keep] > 0).any():
-        return 0.0  # a token with probability 0 was produced
-    return float(scipy_stats.chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()).pvalue)
+    """p-value of the package's pooled chi-square goodness-of-fit test (0 if a p = 0 token was drawn)."""
+    return chi_square_test(counts, probs, min_expected).pvalue
