@@ -56,3 +56,22 @@ def keep_positions(cache, positions: torch.Tensor) -> None:
         idx = positions.to(keys.device)
         setattr(layer, k_name, keys.index_select(-2, idx))
         setattr(layer, v_name, getattr(layer, v_name).index_select(-2, idx))
+
+
+def layer_len(cache, layer_idx: int) -> int:
+    """Positions held by one layer (layers can differ while a self-speculative draft is in flight)."""
+    return int(cache.layers[layer_idx].get_seq_length()) if layer_idx < len(cache.layers) else 0
+
+
+def crop_layers_to(cache, length: int, layer_indices) -> None:
+    """Keep the first ``length`` positions of the given layers only.
+
+    transformers 5.x ``Cache.crop`` removes the same *count* from every layer, which is wrong once
+    layers hold different lengths (an early-exit draft writes only its first L layers).
+    """
+    for i in layer_indices:
+        current = layer_len(cache, i)
+        if length < 0 or length > current:
+            raise ValueError(f"cannot crop layer {i} of {current} positions to {length}")
+        if length < current:
+            cache.layers[i].crop(length - current)

@@ -102,3 +102,181 @@ def rejection_sample(target_probs: torch.Tensor, draft_tokens: torch.Tensor,
         residual = p_next
     next_tokens = torch.multinomial(residual, 1, generator=generator).squeeze(1)
     return _assemble(draft_tokens, num_accepted, next_tokens), num_accepted
+
+
+# ================================================================================================
+# Tree verification (trees.py): one target forward scored the root (slot 0) and n tree nodes
+# (slot i + 1 = node i); row s of the target's scores is its distribution after slot s, so node i
+# is checked against row parents[i] + 1. Each function returns
+# ``(accepted, emitted)``: ``accepted`` the node indices of the accepted root-to-node path (a
+# LongTensor, possibly empty), ``emitted`` the token ids the step commits (LongTensor of
+# len(accepted) + 1: the accepted tokens, then one token from the target).
+# ================================================================================================
+
+def _check_tree(scores: torch.Tensor, parents, draft_tokens: torch.Tensor, name: str):
+    from .trees import validate_parents
+
+    if scores.dim() != 2:
+        raise ValueError(f"{name} must be [n+1, V] (the root, then the n tree nodes), got shape {tuple(scores.shape)}")
+    if not isinstance(draft_tokens, torch.Tensor) or draft_tokens.dim() != 1:
+        raise ValueError("draft_tokens must be a 1-D LongTensor [n] (one token per tree node)")
+    if draft_tokens.dtype != torch.long:
+        raise ValueError(f"draft_tokens must be a LongTensor, got {draft_tokens.dtype}")
+    n = draft_tokens.numel()
+    p = validate_parents(parents, n)
+    if scores.shape[0] != n + 1:
+        raise ValueError(f"{name} has {scores.shape[0]} rows for a tree of {n} nodes: expected n+1 = {n + 1} "
+                         "(row 0 is the root, row i+1 node i)")
+    v = scores.shape[1]
+    if n and (int(draft_tokens.min()) < 0 or int(draft_tokens.max()) >= v):
+        raise ValueError(f"draft token ids must lie in [0, {v}): do draft and target share a vocabulary?")
+    return p.tolist(), draft_tokens.tolist()
+
+
+def tree_greedy_verify(target_logits: torch.Tensor, parents, draft_tokens: torch.Tensor):
+    """Greedy verification of a candidate tree: the longest root-to-node path whose every token
+    equals the target's argmax at its parent, then the target's argmax after that path.
+
+    A node is *correct* when its token is the argmax of its parent's row; the accepted path is
+    the deepest node whose whole path is correct (ties: the first such node). With distinct
+    sibling tokens at most one child of a node can be correct, so the path is unique and the
+    output equals plain greedy decoding, as for a chain.
+    """
+    p, toks = _check_tree(target_logits, parents, draft_tokens, "target_logits")
+    argmax = target_logits.argmax(dim=-1).tolist()
+    good_depth = []  # length of the all-correct path ending at node i, or -1
+    best, best_len = -1, 0
+    for i, par in enumerate(p):
+        ok = toks[i] == argmax[par + 1] and (par < 0 or good_depth[par] > 0)
+        good_depth.append((1 if par < 0 else good_depth[par] + 1) if ok else -1)
+        if good_depth[i] > best_len:
+            best, best_len = i, good_depth[i]
+    path = []
+    while best >= 0:
+        path.append(best)
+        best = p[best]
+    path.reverse()
+    last_slot = path[-1] + 1 if path else 0
+    emitted = [toks[i] for i in path] + [argmax[last_slot]]
+    device = target_logits.device
+    return torch.tensor(path, dtype=torch.long, device=device), torch.tensor(emitted, dtype=torch.long, device=device)
+
+
+def tree_rejection_sample(target_probs: torch.Tensor, parents, draft_tokens: torch.Tensor,
+                          generator: torch.Generator | None = None, draft_probs: torch.Tensor | None = None):
+    """Lossless multi-candidate speculative sampling over a tree (SpecInfer's multi-step
+    speculative sampling; EAGLE's sampling mode). The emitted tokens are distributed exactly as
+    if sampled one by one from the target.
+
+    Walk down from the root. At the current slot, with target distribution p, keep a residual
+    r = p and try the slot's children x_1, x_2, ... in node order:
+
+    * accept x_j with probability min(1, r(x_j) / q_j(x_j)); on acceptance move to that child and
+      start again there with its own row of ``target_probs``;
+    * on rejection set r <- normalise(max(r - q_j, 0)) and try the next child;
+    * when no child is left (all rejected, or a leaf), draw the step's last token from r.
+
+    Which q_j: ``draft_probs=None`` means deterministic children (top-k candidates, Medusa trees,
+    EAGLE-2): q_j is one-hot on x_j, so the test is "accept with probability r(x_j)" and the
+    residual is r with x_j set to 0, renormalised. With ``draft_probs`` ([n, V]; row i the
+    distribution node i was *drawn from*, i.e. the drafter's q at its parent), each child must
+    have been sampled from its row independently of its siblings (i.i.d. from the same q for
+    SpecInfer's sampled trees); children drawn without replacement need the one-hot rule above
+    instead (treat them as deterministic).
+
+    Why lossless (one slot; then induct down the accepted path, since each child's row is the
+    target's conditional given that path). Claim: a stage that starts with residual r outputs a
+    token distributed as r. The last stage just samples r. Stage j draws x ~ q_j independently
+    of the earlier stages and accepts it with probability min(1, r/q_j): that alone emits y with
+    probability min(q_j(y), r(y)). It rejects with probability 1 - sum_y min(q_j, r)
+    = sum_y max(r - q_j, 0) =: m, and then (by induction) the next stage emits y with
+    probability max(r(y) - q_j(y), 0) / m. Together: min(q_j, r) + max(r - q_j, 0) = r(y). Applied
+    to the first stage (r = p) the slot emits y ~ p. For one-hot q_j the residual is r with x_j
+    removed, the same rule. Every draw uses ``generator``, never the global RNG.
+
+    Returns ``(accepted node indices, emitted tokens)``, like :func:`tree_greedy_verify`.
+    """
+    p_list, toks = _check_tree(target_probs, parents, draft_tokens, "target_probs")
+    n, v = len(toks), target_probs.shape[1]
+    probs = target_probs.float()
+    if draft_probs is not None:
+        if draft_probs.shape != (n, v):
+            raise ValueError(f"draft_probs must be [n, V] = {(n, v)} (row i: the q node i was drawn from), "
+                             f"got {tuple(draft_probs.shape)}")
+        draft_probs = draft_probs.float()
+    kids: list = [[] for _ in range(n + 1)]
+    for i, par in enumerate(p_list):
+        kids[par + 1].append(i)
+    device = probs.device
+    path = []
+    slot = 0
+    while True:
+        r = probs[slot]
+        accepted = None
+        for i in kids[slot]:
+            x = toks[i]
+            q_x = 1.0 if draft_probs is None else float(draft_probs[i, x])
+            u = float(torch.rand((), generator=generator, device=device))
+            r_x = float(r[x])
+            if u * q_x < r_x:  # u < r/q without dividing; r(x) = 0 is never accepted
+                accepted = i
+                break
+            if draft_probs is None:
+                residual = r.clone()
+                residual[x] = 0.0
+            else:
+                residual = (r - draft_probs[i]).clamp(min=0.0)
+            mass = residual.sum()
+            # r == q up to rounding leaves no residual mass; a rejection there has probability ~0,
+            # so keeping r cannot bias the output.
+            if float(mass) > 1e-12:
+                r = residual / mass
+        if accepted is None:
+            last = int(torch.multinomial(r, 1, generator=generator))
+            break
+        path.append(accepted)
+        slot = accepted + 1
+    emitted = [toks[i] for i in path] + [last]
+    return torch.tensor(path, dtype=torch.long, device=device), torch.tensor(emitted, dtype=torch.long, device=device)
+
+
+def typical_accept(target_probs: torch.Tensor, parents, draft_tokens: torch.Tensor,
+                   generator: torch.Generator | None = None, epsilon: float = 0.09, delta: float = 0.3):
+    """Medusa's typical acceptance (Cai et al. 2024). LOSSY: the output does NOT follow the target.
+
+    A node x is *typical* when p(x) > min(epsilon, delta * exp(-H(p))), with p the target's
+    distribution at its parent and H its entropy (nats): a confident target (low entropy) demands
+    a probable token, a hesitant one accepts anything reasonably likely. The accepted path is the
+    longest path of typical nodes (ties: the first), and the step's last token is drawn from p
+    after that path. Defaults epsilon = 0.09, delta = 0.3 are Medusa's (``posterior_threshold``,
+    ``posterior_alpha``).
+
+    It accepts more than rejection sampling (any typical token passes, with probability 1), which
+    is its point, but the price is the distribution: a drafted token with p(x) = 0.3 is emitted
+    every time it is drafted instead of 30 % of the time. Use it only where "plausible text" is
+    enough; :func:`tree_rejection_sample` is the lossless alternative. With a greedy (one-hot) p
+    it reduces to :func:`tree_greedy_verify`.
+    """
+    p_list, toks = _check_tree(target_probs, parents, draft_tokens, "target_probs")
+    if not epsilon >= 0 or not delta >= 0:
+        raise ValueError(f"epsilon and delta must be >= 0, got epsilon={epsilon!r}, delta={delta!r}")
+    probs = target_probs.float()
+    entropy = -(probs * torch.log(probs.clamp(min=1e-30))).sum(dim=-1)  # [n+1]
+    threshold = torch.minimum(torch.full_like(entropy, float(epsilon)), delta * torch.exp(-entropy))
+    good_depth = []
+    best, best_len = -1, 0
+    for i, par in enumerate(p_list):
+        ok = float(probs[par + 1, toks[i]]) > float(threshold[par + 1]) and (par < 0 or good_depth[par] > 0)
+        good_depth.append((1 if par < 0 else good_depth[par] + 1) if ok else -1)
+        if good_depth[i] > best_len:
+            best, best_len = i, good_depth[i]
+    path = []
+    while best >= 0:
+        path.append(best)
+        best = p_list[best]
+    path.reverse()
+    last_slot = path[-1] + 1 if path else 0
+    last = int(torch.multinomial(probs[last_slot], 1, generator=generator))
+    device = probs.device
+    emitted = [toks[i] for i in path] + [last]
+    return torch.tensor(path, dtype=torch.long, device=device), torch.tensor(emitted, dtype=torch.long, device=device)

@@ -23,7 +23,8 @@ class Draft:
 
     tokens: LongTensor [n] (n may be 0: nothing to propose, the step decodes one token plainly).
     probs: FloatTensor [n, V], the proposer's distribution q at each drafted position, processed
-        with the request's SamplingParams; None for a deterministic proposer (q one-hot).
+        with the request's SamplingParams; None for a deterministic proposer (q one-hot). For a
+        tree, row i is the distribution node i was drawn from (siblings drawn independently).
     parents: LongTensor [n] of parent indices for a tree draft (-1 = the last committed token);
         None for a chain, where token i's parent is i - 1.
     """
@@ -54,6 +55,7 @@ class DecodeState:
     prompt_len: int
     token_list: list = field(default_factory=list)  # committed ids: prompt + generated
     prompt_hidden_states: tuple | None = None  # per layer [prompt_len, H] (needs_hidden_states only)
+    target_cache: object = None  # the target's KV cache (read-only for all but self-speculative drafts)
 
     @property
     def num_tokens(self) -> int:
@@ -76,6 +78,7 @@ class StepOutcome:
     num_accepted: int
     emitted: list  # token ids appended this step (accepted drafts then one target token), maybe cut by EOS/length
     hidden_states: tuple | None = None  # per layer [num_accepted + 1, H]: positions last, d1..d_acc
+    accepted_nodes: list | None = None  # tree drafts: indices of the accepted nodes, root side first
 
 
 class Proposer(ABC):
