@@ -28,7 +28,7 @@ LAB_IDS = [p.name for p in LAB_DIRS]
 
 
 def test_labs_exist():
-    assert [p.name[:5] for p in LAB_DIRS][:3] == ["lab01", "lab02", "lab03"]
+    assert [p.name[:5] for p in LAB_DIRS][:5] == ["lab01", "lab02", "lab03", "lab04", "lab05"]
 
 
 @pytest.fixture(scope="module")

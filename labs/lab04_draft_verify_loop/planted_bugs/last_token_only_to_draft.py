@@ -1,0 +1,59 @@
+"""Planted bug: after the first step the draft is only ever fed the last committed token. After a
+step that accepted every draft, the draft cache ends before d_k (the draft never fed d_k to
+itself), so d_k is skipped: the bonus token lands at d_k's position and every later draft is
+computed on a shifted, stale cache. The output is still right (the target decides), but the draft
+agrees with the target less, even when it *is* the target.
+
+caught by: test_draft_equal_to_target_accepts_everything, test_cache_invariant_after_every_step, test_every_acceptance_length
+"""
+from __future__ import annotations
+
+from specdecode_ref import kv
+
+import importlib.util as _ilu
+from pathlib import Path as _Path
+
+# Everything not redefined below is the worked solution; the buggy functions are patched into it
+# too, so the solution's other functions call them (as they would in one student file).
+_spec = _ilu.spec_from_file_location("_planted_base", _Path(__file__).resolve().parents[1] / "solution.py")
+_base = _ilu.module_from_spec(_spec)
+_spec.loader.exec_module(_base)
+globals().update({_n: _v for _n, _v in vars(_base).items() if not _n.startswith("__")})
+
+
+def speculative_greedy(target_model, draft_model, prompt_ids, k, max_new_tokens, on_step=None):
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise ValueError(f"k must be an int >= 1, got {k!r}")
+    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+    if _vocab(target_model) != _vocab(draft_model):
+        raise ValueError("draft and target vocabularies differ")
+    tokens = _ids(prompt_ids)
+    if not tokens:
+        raise ValueError("the prompt is empty")
+    prompt_len = len(tokens)
+    target_cache = kv.new_cache(target_model)
+    draft_cache = kv.new_cache(draft_model)
+    accepted, drafted_counts = [], []
+    target_forwards = draft_forwards = 0
+    while len(tokens) - prompt_len < max_new_tokens:
+        remaining = max_new_tokens - (len(tokens) - prompt_len)
+        k_step = min(k, remaining)
+        pending = tokens if not accepted else tokens[-1:]  # BUG: d_k is missing after a full accept
+        drafted = draft_tokens(draft_model, draft_cache, pending, k_step)
+        draft_forwards += k_step
+        a, emitted = verify_greedy(target_model, target_cache, tokens[kv.cache_len(target_cache):], drafted)
+        target_forwards += 1
+        emitted = emitted[:remaining]
+        tokens += emitted
+        accepted.append(a)
+        drafted_counts.append(k_step)
+        rollback(target_cache, len(tokens) - 1)
+        rollback(draft_cache, min(len(tokens) - 1, kv.cache_len(draft_cache)))
+        if on_step is not None:
+            on_step(list(tokens), target_cache, draft_cache)
+    return {"tokens": tokens[prompt_len:], "accepted": accepted, "drafted": drafted_counts,
+            "target_forwards": target_forwards, "draft_forwards": draft_forwards}
+
+
+_base.speculative_greedy = speculative_greedy

@@ -1,0 +1,58 @@
+"""Planted bug: the target cache is never rolled back. Its pending token is the last committed
+one (as it should be), but the keys and values of rejected drafts stay in the cache, so the
+target reads them as context and every position after them is shifted: the output drifts from
+plain greedy decoding after the first rejection.
+
+caught by: test_matches_plain_greedy, test_cache_invariant_after_every_step, test_every_acceptance_length
+"""
+from __future__ import annotations
+
+from specdecode_ref import kv
+
+import importlib.util as _ilu
+from pathlib import Path as _Path
+
+# Everything not redefined below is the worked solution; the buggy functions are patched into it
+# too, so the solution's other functions call them (as they would in one student file).
+_spec = _ilu.spec_from_file_location("_planted_base", _Path(__file__).resolve().parents[1] / "solution.py")
+_base = _ilu.module_from_spec(_spec)
+_spec.loader.exec_module(_base)
+globals().update({_n: _v for _n, _v in vars(_base).items() if not _n.startswith("__")})
+
+
+def speculative_greedy(target_model, draft_model, prompt_ids, k, max_new_tokens, on_step=None):
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise ValueError(f"k must be an int >= 1, got {k!r}")
+    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+    if _vocab(target_model) != _vocab(draft_model):
+        raise ValueError("draft and target vocabularies differ")
+    tokens = _ids(prompt_ids)
+    if not tokens:
+        raise ValueError("the prompt is empty")
+    prompt_len = len(tokens)
+    target_cache = kv.new_cache(target_model)
+    draft_cache = kv.new_cache(draft_model)
+    accepted, drafted_counts = [], []
+    target_forwards = draft_forwards = 0
+    while len(tokens) - prompt_len < max_new_tokens:
+        remaining = max_new_tokens - (len(tokens) - prompt_len)
+        k_step = min(k, remaining)
+        drafted = draft_tokens(draft_model, draft_cache, tokens[kv.cache_len(draft_cache):], k_step)
+        draft_forwards += k_step
+        target_pending = tokens if not accepted else tokens[-1:]
+        a, emitted = verify_greedy(target_model, target_cache, target_pending, drafted)
+        target_forwards += 1
+        emitted = emitted[:remaining]
+        tokens += emitted
+        accepted.append(a)
+        drafted_counts.append(k_step)
+        # BUG: no rollback(target_cache, len(tokens) - 1)
+        rollback(draft_cache, min(len(tokens) - 1, kv.cache_len(draft_cache)))
+        if on_step is not None:
+            on_step(list(tokens), target_cache, draft_cache)
+    return {"tokens": tokens[prompt_len:], "accepted": accepted, "drafted": drafted_counts,
+            "target_forwards": target_forwards, "draft_forwards": draft_forwards}
+
+
+_base.speculative_greedy = speculative_greedy
