@@ -17,6 +17,9 @@ from functools import lru_cache
 from pathlib import Path
 
 WORKLOADS_PATH = Path(__file__).resolve().parent / "data" / "workloads.json"
+#: Training prompts for self-distilling drafters: same 7 categories, disjoint from the benchmark.
+#: Regenerate with ``python specdecode_ref/data/make_train_prompts.py``.
+TRAIN_PROMPTS_PATH = Path(__file__).resolve().parent / "data" / "train_prompts.json"
 
 
 @lru_cache(maxsize=1)
@@ -61,15 +64,62 @@ def load_workloads(categories=None, per_category: int | None = None) -> dict:
     per_category: keep the first N prompts of each category (None = all 8), so small runs use
     the same prompts as full ones. The dicts are copies: editing them does not change the data.
     """
+    return _select(_raw()["categories"], categories, per_category)
+
+
+def _select(raw: dict, categories, per_category) -> dict:
+    """Shared argument handling of ``load_workloads`` / ``load_training_prompts``."""
     names = _parse_categories(categories)
     if per_category is not None and (not isinstance(per_category, int) or isinstance(per_category, bool)
                                      or per_category < 1):
         raise ValueError(f"per_category must be an int >= 1 or None, got {per_category!r}")
-    raw = _raw()["categories"]
     out = {}
     for name in names:
+        if name not in raw:
+            raise ValueError(f"category {name!r} is missing from the data file")
         items = raw[name] if per_category is None else raw[name][:per_category]
         out[name] = copy.deepcopy(items)
+    return out
+
+
+@lru_cache(maxsize=1)
+def _raw_train() -> dict:
+    if not TRAIN_PROMPTS_PATH.exists():
+        raise FileNotFoundError(f"{TRAIN_PROMPTS_PATH} is missing: regenerate it with "
+                                "`python specdecode_ref/data/make_train_prompts.py` (or reinstall "
+                                "specdecode_ref with package data)")
+    with open(TRAIN_PROMPTS_PATH, encoding="utf-8") as f:
+        data = json.load(f)
+    if not isinstance(data.get("categories"), dict) or not data["categories"]:
+        raise ValueError(f"{TRAIN_PROMPTS_PATH} has no 'categories' mapping")
+    return data
+
+
+def load_training_prompts(categories=None, per_category: int | None = None) -> dict:
+    """Return the drafter-training prompts as ``{category: [prompt, ...]}`` (like ``load_workloads``).
+
+    These are original prompts written for self-distillation (draft model, early exit, Medusa,
+    EAGLE) and share no text with the benchmark prompts, so a trained drafter is never scored on
+    prompts it has seen. ``categories`` / ``per_category`` behave exactly as in ``load_workloads``
+    (about 100 prompts per category instead of 8). The dicts are copies.
+    """
+    return _select(_raw_train()["categories"], categories, per_category)
+
+
+def training_conversations(categories=None, per_category: int | None = None) -> list:
+    """The training chats as a flat list of message lists, interleaving categories round-robin.
+
+    Order: the 1st prompt of every category (in ``CATEGORIES`` order), then the 2nd of every
+    category, and so on, skipping categories that have run out; so any prefix of the list is
+    balanced across categories. Fixed order, no shuffling.
+    """
+    data = load_training_prompts(categories, per_category)
+    lists = list(data.values())
+    out = []
+    for i in range(max((len(v) for v in lists), default=0)):
+        for items in lists:
+            if i < len(items):
+                out.append(items[i]["messages"])
     return out
 
 
@@ -80,4 +130,5 @@ def iter_prompts(workloads: dict):
             yield category, item
 
 
-__all__ = ["CATEGORIES", "INPUT_GROUNDED", "OPEN_ENDED", "WORKLOADS_PATH", "load_workloads", "iter_prompts"]
+__all__ = ["CATEGORIES", "INPUT_GROUNDED", "OPEN_ENDED", "WORKLOADS_PATH", "load_workloads", "iter_prompts",
+           "TRAIN_PROMPTS_PATH", "load_training_prompts", "training_conversations"]

@@ -1,0 +1,146 @@
+"""The drafter-training prompt set: loads, well-formed, balanced, and disjoint from the benchmark."""
+from __future__ import annotations
+
+import importlib.util
+import re
+from collections import Counter
+
+import pytest
+
+from specdecode_ref import workloads as wl
+from specdecode_ref.workloads import (CATEGORIES, TRAIN_PROMPTS_PATH, load_training_prompts, load_workloads,
+                                      training_conversations)
+
+NGRAM = 12
+_WORD = re.compile(r"\w+")
+
+
+def _words(text: str) -> list:
+    return _WORD.findall(text.lower())
+
+
+def _ngrams(text: str, n: int = NGRAM) -> set:
+    w = _words(text)
+    return {tuple(w[i:i + n]) for i in range(len(w) - n + 1)}
+
+
+def _norm(text: str) -> str:
+    return " ".join(_words(text))
+
+
+def _user_texts(prompts: dict) -> list:
+    return [m["content"] for items in prompts.values() for p in items for m in p["messages"] if m["role"] == "user"]
+
+
+@pytest.fixture(scope="module")
+def train():
+    return load_training_prompts()
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return load_workloads()
+
+
+def test_loads_all_categories(train):
+    assert list(train) == CATEGORIES
+    for name, items in train.items():
+        assert len(items) >= 90, (name, len(items))
+    assert sum(len(v) for v in train.values()) >= 600
+
+
+def test_ids_unique_and_named(train):
+    ids = [p["id"] for items in train.values() for p in items]
+    assert len(ids) == len(set(ids))
+    for name, items in train.items():
+        for p in items:
+            assert re.fullmatch(rf"train-{name}-\d{{3}}", p["id"]), p["id"]
+
+
+def test_messages_alternate_and_end_with_user(train):
+    for name, items in train.items():
+        for p in items:
+            msgs = p["messages"]
+            assert msgs and msgs[-1]["role"] == "user", p["id"]
+            for k, m in enumerate(msgs):
+                assert set(m) == {"role", "content"}, p["id"]
+                assert m["role"] == ("user" if k % 2 == 0 else "assistant"), p["id"]
+                assert isinstance(m["content"], str) and m["content"].strip(), p["id"]
+            if name == "multi_turn":
+                assert len(msgs) >= 3, p["id"]
+            else:
+                assert len(msgs) == 1, p["id"]
+
+
+def test_prompt_texts_unique(train):
+    texts = Counter(repr(p["messages"]) for items in train.values() for p in items)
+    assert max(texts.values()) == 1
+
+
+def test_no_verbatim_overlap_with_benchmark(train, bench):
+    train_norm = [_norm(t) for t in _user_texts(train)]
+    bench_units = set()
+    for t in _user_texts(bench):
+        bench_units.add(_norm(t))
+        # every benchmark passage / paragraph of a substantial size
+        bench_units.update(_norm(p) for p in t.split("\n\n") if len(_words(p)) >= 8)
+    for unit in bench_units:
+        for t in train_norm:
+            assert unit != t and unit not in t, unit[:80]
+
+
+def test_no_shared_12_word_window_with_benchmark(train, bench):
+    bench_grams = set()
+    for t in _user_texts(bench):
+        bench_grams |= _ngrams(t)
+    assert bench_grams  # the check is not vacuous
+    for items in train.values():
+        for p in items:
+            for m in p["messages"]:
+                shared = _ngrams(m["content"]) & bench_grams
+                assert not shared, (p["id"], " ".join(next(iter(shared))))
+
+
+def test_load_training_prompts_arguments():
+    sub = load_training_prompts("qa,code", per_category=3)
+    assert list(sub) == ["qa", "code"] and all(len(v) == 3 for v in sub.values())
+    assert sub["qa"] == load_training_prompts(["qa"])["qa"][:3]
+    sub["qa"][0]["messages"][0]["content"] = "changed"
+    assert load_training_prompts(["qa"], per_category=1)["qa"][0]["messages"][0]["content"] != "changed"
+    with pytest.raises(ValueError):
+        load_training_prompts(["nope"])
+    with pytest.raises(ValueError):
+        load_training_prompts(per_category=0)
+
+
+def test_missing_file_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setattr(wl, "TRAIN_PROMPTS_PATH", tmp_path / "absent.json")
+    wl._raw_train.cache_clear()
+    try:
+        with pytest.raises(FileNotFoundError, match="make_train_prompts"):
+            load_training_prompts()
+    finally:
+        monkeypatch.undo()
+        wl._raw_train.cache_clear()
+
+
+def test_training_conversations_round_robin(train):
+    convs = training_conversations()
+    assert len(convs) == sum(len(v) for v in train.values())
+    expected, i = [], 0
+    while any(i < len(v) for v in train.values()):
+        expected += [v[i]["messages"] for v in train.values() if i < len(v)]
+        i += 1
+    assert convs == expected
+    k = len(CATEGORIES)
+    assert convs[:k] == [train[c][0]["messages"] for c in CATEGORIES]
+    assert convs[k:2 * k] == [train[c][1]["messages"] for c in CATEGORIES]
+    assert training_conversations() == convs  # fixed order
+
+
+def test_generator_reproduces_file():
+    path = TRAIN_PROMPTS_PATH.parent / "make_train_prompts.py"
+    spec = importlib.util.spec_from_file_location("make_train_prompts", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.render(mod.build()) == TRAIN_PROMPTS_PATH.read_text(encoding="utf-8")
