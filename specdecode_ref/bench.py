@@ -580,7 +580,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=int, default=DEFAULT_K,
                    help="drafted tokens per step for ngram, prompt lookup and proposers (default: %(default)s)")
     p.add_argument("--model", default=None, help="HF id or local path of the target (default: the embedded model)")
-    p.add_argument("--assistant-model", default=None, help="draft model (HF id or path) for method hf-assisted")
+    p.add_argument("--assistant-model", default=None, help="draft model (HF id or path) for method hf-assisted; default for the "
+                   "embedded target: the shipped distilled draft")
     p.add_argument("--out", default="bench_out", help="output directory (default: %(default)s/)")
     p.add_argument("--cost-curve", action=argparse.BooleanOptionalAction, default=True,
                    help="also measure the cost curve T(n) (default: on)")
@@ -632,7 +633,11 @@ def main(argv=None) -> int:
     if args.assistant_model is not None:
         assistant, _ = load_model(args.assistant_model, device=_device(model), dtype=model.dtype)
     elif any(parse_method(m)[0] == "hf-assisted" for m in methods):
-        raise SystemExit("method hf-assisted needs --assistant-model NAME_OR_PATH")
+        from .proposers.draft_model import is_embedded_target, load_draft_model
+
+        if not is_embedded_target(model):
+            raise SystemExit("method hf-assisted needs --assistant-model NAME_OR_PATH")
+        assistant = load_draft_model(model)  # the shipped distilled draft: the same one as method "draft"
     config = {
         "methods": methods, "categories": list(workloads), "per_category": args.per_category,
         "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "warmup": args.warmup, "k": args.k,

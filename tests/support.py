@@ -5,22 +5,30 @@ sys.path shadow each other, so ``from conftest import ...`` would be ambiguous.)
 """
 from __future__ import annotations
 
+import itertools
+
+import numpy as np
 import torch
 
+from specdecode_ref.engine import generate
+from specdecode_ref.sampling import logits_to_probs
 from specdecode_ref.stats import chi_square_test
 
 
-def make_tiny_llama(vocab_size: int = 64, seed: int = 0, sharpness: float = 1.0, layers: int = 2):
+def make_tiny_llama(vocab_size: int = 64, seed: int = 0, sharpness: float = 1.0, layers: int = 2,
+                    init_range: float = 0.02):
     """A randomly initialised Llama small enough for thousands of forwards in a test.
 
-    sharpness scales the output head so next-token distributions are peaked rather than uniform.
+    sharpness scales the output head so next-token distributions are peaked rather than uniform;
+    a larger init_range (e.g. 0.3) keeps greedy decoding out of short cycles.
     """
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+                      tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=None,
+                      initializer_range=init_range)
     model = LlamaForCausalLM(cfg).eval()
     with torch.no_grad():
         model.lm_head.weight.mul_(sharpness)
@@ -32,3 +40,24 @@ def make_tiny_llama(vocab_size: int = 64, seed: int = 0, sharpness: float = 1.0,
 def chi2_pvalue(counts, probs, min_expected: float = 5.0) -> float:
     """p-value of the package's pooled chi-square goodness-of-fit test (0 if a p = 0 token was drawn)."""
     return chi_square_test(counts, probs, min_expected).pvalue
+
+
+def exact_joint(model, prompt, steps, sampling):
+    """P(t1..t_steps | prompt) for every sequence, by enumeration."""
+    v = model.config.vocab_size
+    seqs = torch.tensor(list(itertools.product(range(v), repeat=steps)))
+    ids = torch.cat([prompt.expand(len(seqs), -1), seqs], 1)
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[:, len(prompt) - 1: -1]
+    probs = logits_to_probs(logits, sampling)
+    return probs.gather(2, seqs[..., None]).squeeze(-1).prod(1).numpy()
+
+
+def sampled_joint_pvalue(model, prompt, proposer_factory, sampling, n=3000, steps=3, generate_fn=generate):
+    v = model.config.vocab_size
+    counts = np.zeros(v ** steps)
+    for seed in range(n):
+        toks = generate_fn(model, prompt, proposer=proposer_factory(), max_new_tokens=steps,
+                           sampling=sampling, seed=seed).tokens.tolist()
+        counts[np.ravel_multi_index(toks, (v,) * steps)] += 1
+    return chi2_pvalue(counts, exact_joint(model, prompt, steps, sampling))

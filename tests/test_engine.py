@@ -1,11 +1,10 @@
 """The draft-verify-rollback engine on a tiny random Llama: exactness, rollback, sampling law."""
 import itertools
 
-import numpy as np
 import pytest
 import torch
 
-from support import chi2_pvalue, make_tiny_llama
+from support import make_tiny_llama, sampled_joint_pvalue
 from specdecode_ref import SamplingParams, autoregressive_generate, generate, kv
 from specdecode_ref.proposers import Draft, NgramProposer, Proposer
 from specdecode_ref.sampling import logits_to_probs
@@ -124,27 +123,6 @@ class RandomDraftProposer(Proposer):
         q = logits_to_probs(self.q.log()[None].expand(self.k, -1), state.sampling)
         toks = torch.multinomial(q, 1, generator=state.generator).squeeze(1)
         return Draft(toks, probs=q)
-
-
-def exact_joint(model, prompt, steps, sampling):
-    """P(t1..t_steps | prompt) for every sequence, by enumeration."""
-    v = model.config.vocab_size
-    seqs = torch.tensor(list(itertools.product(range(v), repeat=steps)))
-    ids = torch.cat([prompt.expand(len(seqs), -1), seqs], 1)
-    with torch.no_grad():
-        logits = model(input_ids=ids).logits[:, len(prompt) - 1: -1]
-    probs = logits_to_probs(logits, sampling)
-    return probs.gather(2, seqs[..., None]).squeeze(-1).prod(1).numpy()
-
-
-def sampled_joint_pvalue(model, prompt, proposer_factory, sampling, n=3000, steps=3, generate_fn=generate):
-    v = model.config.vocab_size
-    counts = np.zeros(v ** steps)
-    for seed in range(n):
-        toks = generate_fn(model, prompt, proposer=proposer_factory(), max_new_tokens=steps,
-                           sampling=sampling, seed=seed).tokens.tolist()
-        counts[np.ravel_multi_index(toks, (v,) * steps)] += 1
-    return chi2_pvalue(counts, exact_joint(model, prompt, steps, sampling))
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 from .base import DecodeState, Draft, Proposer, StepOutcome
+from .draft_model import DraftModelProposer
+from .early_exit import EarlyExitProposer
 from .ngram import NgramProposer
 
 
@@ -12,14 +14,42 @@ def _ngram(target, k, **kwargs):
     return NgramProposer(k=k, **kwargs)
 
 
+def _shipped_vocab(reduced_vocab: bool):
+    from .draft_model import DRAFT_VOCAB
+    from ..draft_vocab import load_vocab
+
+    return load_vocab(DRAFT_VOCAB) if reduced_vocab else None
+
+
+def _draft(target, k, reduced_vocab: bool = True, **kwargs):
+    # The shipped 4-layer distilled draft (notebook 05); reduced_vocab drafts among the 8,192 most
+    # frequent answer tokens (draft_vocab.py), which cuts the draft's vocabulary projection ~9x.
+    from .draft_model import DraftModelProposer, load_draft_model
+
+    return DraftModelProposer(load_draft_model(target), k=k, draft_vocab=_shipped_vocab(reduced_vocab), **kwargs)
+
+
+def _draft_full_vocab(target, k, **kwargs):
+    return _draft(target, k, reduced_vocab=False, **kwargs)
+
+
+def _early_exit(target, k, exit_layer=None, reduced_vocab: bool = True, **kwargs):
+    # The target's first layers + a shipped exit adapter, sharing and reusing the KV cache (notebook 06).
+    from .early_exit import EarlyExitProposer, load_adapter
+
+    adapter = load_adapter(target, exit_layer)
+    return EarlyExitProposer(target, adapter, k=k, draft_vocab=_shipped_vocab(reduced_vocab), **kwargs)
+
+
 # name -> (builder(target, k, **kwargs), default k)
 _REGISTRY = {
     "ngram": (_ngram, 8),
+    "draft": (_draft, 4),
+    "draft-fullvocab": (_draft_full_vocab, 4),
+    "early-exit": (_early_exit, 3),
 }
 # Families the course adds later, with the issue that brings them.
 _PLANNED = {
-    "draft": "DraftModelProposer (notebook 05)",
-    "early-exit": "EarlyExitProposer (notebook 06)",
     "medusa": "MedusaProposer (notebook 07)",
     "eagle": "EagleProposer (notebook 08)",
 }
@@ -35,7 +65,7 @@ def register_proposer(name: str, builder, default_k: int) -> None:
 
 
 def load_proposer(name: str, target=None, k: int | None = None, **kwargs) -> Proposer:
-    """Build a proposer by name ("ngram", later "draft", "early-exit", "medusa", "eagle").
+    """Build a proposer by name ("ngram", "draft", "draft-fullvocab", "early-exit"; later "medusa", "eagle").
 
     Model-based proposers load their shipped weights for the embedded model and need ``target``.
     """
@@ -52,5 +82,6 @@ def load_proposer(name: str, target=None, k: int | None = None, **kwargs) -> Pro
     return proposer
 
 
-__all__ = ["Proposer", "Draft", "DecodeState", "StepOutcome", "NgramProposer", "load_proposer",
+__all__ = ["Proposer", "Draft", "DecodeState", "StepOutcome", "NgramProposer", "DraftModelProposer",
+           "EarlyExitProposer", "load_proposer",
            "available_proposers", "register_proposer"]

@@ -1,0 +1,212 @@
+"""The classic two-model proposer: a small causal LM drafts k tokens one at a time.
+
+Leviathan et al. (2023) and Chen et al. (2023) introduced it; transformers calls it assisted
+generation (``generation/candidate_generator.py``, ``AssistedCandidateGenerator``) and vLLM runs it
+as the "draft_model" method (``vllm/v1/spec_decode``).
+
+The draft keeps its own KV cache with the engine's invariant: it holds every committed token except
+the last. ``propose`` feeds the tokens the cache has not seen, then drafts; ``on_verified`` crops the
+cache back to the committed prefix -- the entries for accepted drafts stay, because the draft
+computed them on exactly the tokens that were committed.
+
+The embedded draft for SmolLM2-135M is four decoder layers initialised from the target's layers
+0, 1, 2 and 29, sharing the target's embeddings and (tied) lm_head, then distilled on the target's own
+answers (``python -m specdecode_ref.train draft``). Only its layers and final norm are shipped.
+"""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import torch
+
+from .. import kv
+from ..draft_vocab import VocabHead
+from ..sampling import logits_to_probs
+from .base import DecodeState, Draft, Proposer, StepOutcome
+
+WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "weights"
+DRAFT_WEIGHTS = WEIGHTS_DIR / "smollm2-135m-draft.safetensors"
+DRAFT_VOCAB = WEIGHTS_DIR / "smollm2-135m-draft-vocab.safetensors"
+DEFAULT_INIT_LAYERS = (0, 1, 2, 29)
+# The shape of the embedded target the shipped weights were trained for.
+EMBEDDED_SHAPE = {"hidden_size": 576, "num_hidden_layers": 30, "vocab_size": 49152}
+
+
+def vocab_size_of(model) -> int:
+    return int(model.get_input_embeddings().weight.shape[0])
+
+
+def check_same_vocabulary(target, draft, what: str = "draft model") -> None:
+    """Speculative decoding compares token ids: both models must use the same vocabulary."""
+    vt = getattr(target.config, "vocab_size", None)
+    vd = getattr(draft.config, "vocab_size", None)
+    if vt != vd or vocab_size_of(target) != vocab_size_of(draft):
+        raise ValueError(
+            f"the {what} has a vocabulary of {vd} tokens (embeddings {vocab_size_of(draft)}) but the target has "
+            f"{vt} (embeddings {vocab_size_of(target)}): draft and target must share one tokenizer. "
+            "Pick a draft from the same model family (e.g. SmolLM2-135M for SmolLM2-1.7B, "
+            "Qwen2.5-0.5B for Qwen2.5-7B)")
+
+
+def is_embedded_target(target) -> bool:
+    return all(getattr(target.config, k, None) == v for k, v in EMBEDDED_SHAPE.items())
+
+
+def _require_embedded(target, what: str):
+    if target is None:
+        raise ValueError(f"the shipped {what} needs the target model: load_proposer(name, target)")
+    if not is_embedded_target(target):
+        raise ValueError(f"the shipped {what} weights were trained for SmolLM2-135M-Instruct "
+                         f"({EMBEDDED_SHAPE}); for another target build the proposer with your own model")
+
+
+def build_draft_model(target, init_layers=DEFAULT_INIT_LAYERS):
+    """A small LlamaForCausalLM made of copies of the target's ``init_layers``, sharing the target's
+    embeddings and lm_head (so it costs no extra vocabulary weights)."""
+    from transformers import AutoModelForCausalLM
+
+    init_layers = [int(i) for i in init_layers]
+    n_target = target.config.num_hidden_layers
+    if not init_layers or any(i < 0 or i >= n_target for i in init_layers):
+        raise ValueError(f"init_layers must be indices in [0, {n_target}), got {init_layers}")
+    config = copy.deepcopy(target.config)
+    config.num_hidden_layers = len(init_layers)
+    if getattr(config, "layer_types", None) is not None:
+        config.layer_types = [target.config.layer_types[i] for i in init_layers]
+    with torch.device("meta"):
+        draft = AutoModelForCausalLM.from_config(config)
+    base = draft.model
+    base.layers = torch.nn.ModuleList()
+    for new_idx, i in enumerate(init_layers):
+        layer = copy.deepcopy(target.model.layers[i])
+        layer.self_attn.layer_idx = new_idx  # the cache is indexed by the draft's own layer number
+        base.layers.append(layer)
+    base.norm = copy.deepcopy(target.model.norm)
+    base.rotary_emb = copy.deepcopy(target.model.rotary_emb)
+    base.embed_tokens = target.model.embed_tokens  # shared, frozen
+    draft.lm_head = target.lm_head  # shared (tied to the embeddings in SmolLM2)
+    draft.generation_config = copy.deepcopy(target.generation_config)
+    draft.config.init_layers = init_layers
+    return draft.eval()
+
+
+def trainable_state(draft) -> dict:
+    """The draft's own weights (layers and final norm), without the shared embeddings / lm_head."""
+    return {k: v for k, v in draft.state_dict().items()
+            if not (k.startswith("model.embed_tokens") or k.startswith("lm_head"))}
+
+
+def save_draft(draft, path=DRAFT_WEIGHTS, meta: dict | None = None) -> Path:
+    from safetensors.torch import save_file
+
+    state = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in trainable_state(draft).items()}
+    meta = dict(meta or {})
+    meta["init_layers"] = json.dumps(list(draft.config.init_layers))
+    save_file(state, str(path), metadata={k: str(v) for k, v in meta.items()})
+    return Path(path)
+
+
+def weights_metadata(path) -> dict:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        return dict(f.metadata() or {})
+
+
+def load_draft_model(target, path=DRAFT_WEIGHTS):
+    """The shipped, distilled draft for the embedded target (on the target's device and dtype)."""
+    from safetensors.torch import load_file
+
+    _require_embedded(target, "draft model")
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing; train it with `python -m specdecode_ref.train draft`")
+    meta = weights_metadata(path)
+    draft = build_draft_model(target, json.loads(meta["init_layers"]))
+    param = next(target.parameters())
+    state = {k: v.to(dtype=param.dtype) for k, v in load_file(str(path)).items()}
+    missing, unexpected = draft.load_state_dict(state, strict=False)
+    missing = [m for m in missing if not (m.startswith("model.embed_tokens") or m.startswith("lm_head"))]
+    if missing or unexpected:
+        raise RuntimeError(f"{path} does not fit the draft: missing={missing} unexpected={unexpected}")
+    draft.to(param.device).eval()
+    draft.requires_grad_(False)
+    return draft
+
+
+class DraftModelProposer(Proposer):
+    """Drafts ``k`` tokens with a separate causal LM that shares the target's vocabulary.
+
+    draft_vocab: optional LongTensor of token ids; the draft then picks only among them, through a
+    vocabulary projection restricted to those rows (see draft_vocab.py). Needs a model with
+    ``.model`` (the decoder) and an output embedding, as every transformers causal LM has.
+    """
+
+    name = "draft"
+
+    def __init__(self, draft_model, k: int = 4, draft_vocab: torch.Tensor | None = None):
+        super().__init__(k)
+        self.model = draft_model
+        self.cache = None
+        self.head = None
+        if draft_vocab is not None:
+            self.head = VocabHead(draft_model.get_output_embeddings().weight, draft_vocab)
+
+    def check_compatible(self, target) -> None:
+        check_same_vocabulary(target, self.model)
+        dt, dd = next(target.parameters()).device, next(self.model.parameters()).device
+        if dt != dd:
+            raise ValueError(f"the draft model is on {dd} but the target is on {dt}; move them to one device")
+
+    def begin(self, state: DecodeState) -> None:
+        self.cache = kv.new_cache(self.model)
+
+    def _logits(self, ids: list) -> torch.Tensor:
+        """Feed ``ids`` after the cached prefix; return the logits at the last one (draft vocab)."""
+        x = torch.tensor([ids], dtype=torch.long, device=next(self.model.parameters()).device)
+        if self.head is None:
+            out = self.model(input_ids=x, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+            self.cache = out.past_key_values
+            return out.logits[0, -1]
+        out = self.model.model(input_ids=x, past_key_values=self.cache, use_cache=True)
+        self.cache = out.past_key_values
+        return self.head.logits(out.last_hidden_state[0, -1])
+
+    def _choose(self, logits: torch.Tensor, state: DecodeState):
+        """The next draft token and, when sampling, the draft distribution q it was drawn from."""
+        if state.sampling.is_greedy:
+            index = int(logits.argmax())
+            return (index if self.head is None else int(self.head.ids[index])), None
+        full = logits if self.head is None else self.head.full_logits(logits)
+        q = logits_to_probs(full.float(), state.sampling)
+        tok = int(torch.multinomial(q, 1, generator=state.generator))
+        return tok, q
+
+    def propose(self, state: DecodeState) -> Draft:
+        if self.cache is None:
+            raise RuntimeError("propose() before begin(): the engine calls begin() once per request")
+        pending = state.token_list[kv.cache_len(self.cache):]
+        logits = self._logits(pending)
+        tokens, probs = [], []
+        for i in range(self.k):
+            tok, q = self._choose(logits, state)
+            tokens.append(tok)
+            if q is not None:
+                probs.append(q)
+            if i + 1 < self.k:
+                logits = self._logits([tok])
+        device = next(self.model.parameters()).device
+        return Draft(torch.tensor(tokens, dtype=torch.long, device=device), torch.stack(probs) if probs else None)
+
+    def on_verified(self, state: DecodeState, outcome: StepOutcome) -> None:
+        # The cache holds the committed prefix, the last committed token and the drafts fed so far.
+        # Entries up to the last accepted draft are exactly what the committed tokens produce.
+        committed_before = len(state.token_list) - len(outcome.emitted)
+        keep = min(kv.cache_len(self.cache), committed_before + outcome.num_accepted)
+        kv.crop_to(self.cache, keep)
+
+    def __repr__(self) -> str:
+        vocab = "" if self.head is None else f", draft_vocab={self.head.size}"
+        return f"DraftModelProposer(k={self.k}, layers={self.model.config.num_hidden_layers}{vocab})"
