@@ -1,0 +1,356 @@
+"""EAGLE: draft at the feature level, one small decoder layer on top of the target's own features.
+
+Li et al. (2024), "EAGLE: Speculative Sampling Requires Rethinking Feature Uncertainty" (EAGLE-1), and
+"EAGLE-2: Faster Inference of Language Models with Dynamic Draft Trees" (the tree here).
+
+**The idea.** Predicting the next *token* is hard for a small drafter; predicting the next *feature*
+(the target's top-layer hidden state) is easier, because features move smoothly, and the target's
+own lm_head then turns a predicted feature into a token for free. The uncertainty that makes
+feature prediction ambiguous is which token was actually sampled, so the head also reads that
+token: its input at position t is ``[f_t, emb(x_{t+1})]``.
+
+**The head.** ``fc``: a linear fuse 2H -> H, then ONE Llama decoder layer (initialised as a copy of
+the target's last layer, with its own one-layer KV cache) and a copy of the target's final norm.
+The target's embeddings and lm_head are shared and frozen (the lm_head may be restricted to the
+reduced draft vocabulary, draft_vocab.py).
+
+**The feature** is the target's *final normed* hidden state: what ``hidden_states[-1]`` of a
+transformers forward and ``Corpus.hidden`` hold, i.e. exactly what the lm_head reads. (EAGLE's
+code also takes the base model's output after its final norm.) The head therefore ends with a
+norm, and ``lm_head(f̂)`` needs nothing in between.
+
+**Indexing.** The head's output at position t is f̂_{t+1}; ``lm_head(f̂_{t+1})`` predicts x_{t+2}.
+With N committed tokens the target has scored positions 0..N-2 (the newest token waits for the
+next verification forward), so real features are known for 0..N-2 and tokens for 0..N-1: the
+head's cache holds the inputs of positions 0..N-2, and its output at N-2 (f̂_{N-1}) gives the
+first draft token x_N. Drafting continues from there on the head's *own* predicted features:
+input ``[f̂_{N-1}, emb(d1)]`` at position N-1 gives f̂_N and d2, and so on.
+
+**Rollback.** Drafted cache entries were computed from predicted features, so after verification
+the head's cache is cropped back to the committed state before the step and the accepted tokens are
+fed again with the *real* features the engine passes (``StepOutcome.hidden_states[-1]``: the root
+and the accepted path). The cache then again holds exactly what a fresh pass over
+``[f_t, emb(x_{t+1})]``, t = 0..N-2, would give.
+
+**Chain or tree.** Chain mode drafts k tokens (greedy, or sampled from q with q returned). Tree
+mode (EAGLE-2's dynamic tree) grows a tree by draft confidence: at every depth it expands the
+``beam`` nodes of that depth with the best cumulative log-probability, each with its ``branch``
+most likely children, for ``depth`` levels; then keeps the ``k`` best nodes by cumulative
+log-probability (a parent always scores at least as well as its children, so kept nodes keep their
+parents). One head forward per level scores all expanded nodes at once with a tree attention mask
+over the head's own cache (trees.py). Tree candidates are deterministic top-k, so ``probs`` is
+None: the engine's multi-candidate verification stays lossless with one-hot q.
+
+Train the head with ``python -m specdecode_ref.train eagle`` (teacher forcing on the distillation
+corpus: no target forward is needed, the corpus holds the features).
+
+Counterparts: SafeAILab/EAGLE ``eagle/model/cnets.py`` (the head, ``topK_genrate``: the dynamic
+tree), ``eagle/model/utils.py`` (tree buffers, verification, cache update); vLLM
+``vllm/v1/spec_decode/eagle.py``; transformers has no EAGLE head.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+
+from .. import kv, trees
+from ..draft_vocab import VocabHead
+from ..sampling import logits_to_probs
+from .base import DecodeState, Draft, Proposer, StepOutcome
+from .draft_model import WEIGHTS_DIR, _require_embedded, weights_metadata
+
+EAGLE_WEIGHTS = WEIGHTS_DIR / "smollm2-135m-eagle.safetensors"
+
+
+def additive_mask(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean visibility mask as the additive float mask every attention back-end accepts."""
+    mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
+    return mask.masked_fill_(~visible, torch.finfo(dtype).min)
+
+
+def causal_additive_mask(q_len: int, past_len: int, dtype: torch.dtype, device=None) -> torch.Tensor:
+    """[1, 1, q, past+q]: query i (at position past+i) sees keys 0..past+i (additive)."""
+    rows = torch.arange(q_len, device=device)[:, None] + past_len
+    cols = torch.arange(past_len + q_len, device=device)[None, :]
+    return additive_mask((cols <= rows)[None, None], dtype)
+
+
+class EagleHead(torch.nn.Module):
+    """f̂_{t+1} = norm(layer(fc([f_t, emb(x_{t+1})]))): the feature-level drafter.
+
+    ``fc``, ``layer`` and ``norm`` are its own (trained) weights; the token embeddings and the
+    lm_head are the target's and are read through ``target`` at call time, never copied.
+    """
+
+    def __init__(self, layer: torch.nn.Module, norm: torch.nn.Module, hidden_size: int):
+        super().__init__()
+        self.fc = torch.nn.Linear(2 * hidden_size, hidden_size, bias=True)
+        self.layer = layer
+        self.layer.self_attn.layer_idx = 0  # its own one-layer cache
+        self.norm = norm
+
+    def forward(self, features, tokens, positions, mask, target, cache=None):
+        """features [B, q, H] (f_t), tokens [B, q] (x_{t+1}), positions [B, q] (t) -> f̂_{t+1} [B, q, H].
+
+        mask: a 4D mask over the cache plus the new entries (None for a single query: sees everything).
+        """
+        emb = target.model.embed_tokens(tokens).to(features.dtype)
+        x = self.fc(torch.cat([features, emb], dim=-1))
+        pe = target.model.rotary_emb(x, position_ids=positions)
+        h = self.layer(x, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                       use_cache=cache is not None, position_embeddings=pe)
+        return self.norm(h)
+
+
+def build_eagle_head(target) -> EagleHead:
+    """A head initialised from the target: layer = a copy of its last layer, norm = a copy of its final
+    norm, fc = [I | I] (feature plus token embedding, the residual stream's two ingredients) with zero
+    bias, so even the untrained head passes both inputs through."""
+    base = getattr(target, "model", None)
+    if base is None or not hasattr(base, "layers") or not hasattr(base, "rotary_emb"):
+        raise ValueError("EAGLE needs a Llama-style decoder (model.layers, model.rotary_emb, model.norm)")
+    n = target.config.num_hidden_layers
+    H = target.config.hidden_size
+    param = next(target.parameters())
+    head = EagleHead(copy.deepcopy(base.layers[n - 1]), copy.deepcopy(base.norm), H)
+    with torch.no_grad():
+        eye = torch.eye(H)
+        head.fc.weight.copy_(torch.cat([eye, eye], dim=1))
+        head.fc.bias.zero_()
+    return head.to(device=param.device, dtype=param.dtype).eval()
+
+
+def save_eagle(head: EagleHead, path=EAGLE_WEIGHTS, meta: dict | None = None) -> Path:
+    """The head's own weights (fc, layer, norm) in bf16, with ``meta`` as safetensors metadata."""
+    from safetensors.torch import save_file
+
+    state = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in head.state_dict().items()}
+    meta = dict(meta or {})
+    meta["format"] = "eagle-head-v1"
+    save_file(state, str(path), metadata={k: str(v) for k, v in meta.items()})
+    return Path(path)
+
+
+def load_eagle_weights(target, path) -> EagleHead:
+    """A head for ``target`` with the weights in ``path`` (any target shape; no embedded check)."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    head = build_eagle_head(target)
+    param = next(target.parameters())
+    state = {k: v.to(param.dtype) for k, v in load_file(str(path)).items()}
+    missing, unexpected = head.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise RuntimeError(f"{path} does not fit the EAGLE head: missing={missing} unexpected={unexpected}")
+    return head.to(param.device).eval().requires_grad_(False)
+
+
+def load_eagle_head(target, path=EAGLE_WEIGHTS) -> EagleHead:
+    """The shipped, trained head for the embedded target (on the target's device and dtype)."""
+    _require_embedded(target, "EAGLE head")
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing; train it with `python -m specdecode_ref.train eagle`")
+    return load_eagle_weights(target, path)
+
+
+def eagle_metadata(path=EAGLE_WEIGHTS) -> dict:
+    return weights_metadata(path)
+
+
+class EagleProposer(Proposer):
+    """Drafts with an :class:`EagleHead` on the target's features.
+
+    Chain mode (``tree=False``): ``k`` tokens, greedy or sampled (q returned).
+    Tree mode (``tree=True``): EAGLE-2's dynamic tree of at most ``k`` nodes, ``depth`` levels,
+    expanding the ``beam`` best nodes of each level with their ``branch`` best children; probs=None.
+    draft_vocab: optional LongTensor of ids; the head's lm_head is restricted to them (draft_vocab.py).
+    """
+
+    name = "eagle"
+    needs_hidden_states = True
+
+    def __init__(self, target, head: EagleHead, k: int = 4, tree: bool = False, depth: int = 5, beam: int = 4,
+                 branch: int = 4, draft_vocab=None):
+        super().__init__(k)
+        for name, v in (("depth", depth), ("beam", beam), ("branch", branch)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        self.target = target
+        self.head = head
+        self.tree = bool(tree)
+        self.depth, self.beam, self.branch = depth, beam, branch
+        self.vocab = VocabHead(target.get_output_embeddings().weight, draft_vocab)
+        self.head_cache = None
+        self._last = None  # the head's output at position N-2: f̂_{N-1}, whose lm_head gives x_N
+
+    def check_compatible(self, target) -> None:
+        if target is not self.target:
+            raise ValueError("an EagleProposer reads the features and shares the embeddings of the target it "
+                             "was built for; pass that same model to generate()")
+
+    @property
+    def _device(self):
+        return next(self.target.parameters()).device
+
+    @property
+    def _dtype(self):
+        return next(self.head.parameters()).dtype
+
+    # ---- the head's committed state ------------------------------------------------------------
+
+    def _feed(self, features: torch.Tensor, tokens: list, start: int) -> None:
+        """Append the real inputs of positions start.. (features [m, H] = f_t, tokens = x_{t+1}) to the
+        head cache; keep the last output."""
+        m = len(tokens)
+        if m == 0:
+            return
+        if kv.cache_len(self.head_cache) != start:
+            raise RuntimeError(f"EAGLE head cache holds {kv.cache_len(self.head_cache)} positions, expected {start}")
+        dev = self._device
+        pos = torch.arange(start, start + m, device=dev)[None]
+        mask = causal_additive_mask(m, start, self._dtype, dev) if m > 1 else None
+        out = self.head(features[None].to(self._dtype), torch.tensor([tokens], device=dev), pos, mask,
+                        self.target, self.head_cache)
+        self._last = out[0, -1]
+
+    def begin(self, state: DecodeState) -> None:
+        if state.prompt_hidden_states is None:
+            raise RuntimeError("EagleProposer needs the prompt's hidden states (needs_hidden_states)")
+        self.head_cache = kv.new_cache()
+        f = state.prompt_hidden_states[-1]  # [P, H]: features of positions 0..P-1 = 0..N-2
+        n = len(state.token_list)
+        self._feed(f[: n - 1], state.token_list[1:n], 0)
+
+    def on_verified(self, state: DecodeState, outcome: StepOutcome) -> None:
+        # Drafted entries used predicted features: drop them, then feed the emitted tokens with the
+        # real features of the root and the accepted path.
+        m = len(outcome.emitted)
+        before = len(state.token_list) - m  # committed tokens before this step
+        kv.crop_to(self.head_cache, before - 1)
+        if m == 0:
+            return
+        if outcome.hidden_states is None:
+            raise RuntimeError("EagleProposer needs the target's hidden states in on_verified")
+        f = outcome.hidden_states[-1][:m]
+        self._feed(f, state.token_list[before: before + m], before - 1)
+
+    # ---- drafting -------------------------------------------------------------------------------
+
+    def _step(self, features: torch.Tensor, tokens: list, positions: torch.Tensor, mask) -> torch.Tensor:
+        """Head forward of drafted inputs (features [q, H], tokens [q]) into the head cache -> [q, H]."""
+        t = torch.tensor([tokens], dtype=torch.long, device=self._device)
+        return self.head(features[None], t, positions, mask, self.target, self.head_cache)[0]
+
+    def _choose(self, logits, state):
+        if state.sampling.is_greedy:
+            return int(self.vocab.to_token(logits.argmax())), None
+        q = logits_to_probs(self.vocab.full_logits(logits).float(), state.sampling)
+        return int(torch.multinomial(q, 1, generator=state.generator)), q
+
+    def propose(self, state: DecodeState) -> Draft:
+        if self.head_cache is None or self._last is None:
+            raise RuntimeError("propose() before begin()")
+        n = len(state.token_list)
+        committed = kv.cache_len(self.head_cache)
+        if committed != n - 1:
+            raise RuntimeError(f"EAGLE head cache holds {committed} positions for {n} committed tokens")
+        try:
+            return self._propose_tree(n) if self.tree else self._propose_chain(state, n)
+        finally:
+            kv.crop_to(self.head_cache, committed)  # the drafted entries are never kept
+
+    def _propose_chain(self, state: DecodeState, n: int) -> Draft:
+        out, tokens, probs = self._last, [], []
+        for i in range(self.k):
+            tok, q = self._choose(self.vocab.logits(out), state)
+            tokens.append(tok)
+            if q is not None:
+                probs.append(q)
+            if i + 1 < self.k:  # input [f̂_{N-1+i}, emb(d_{i+1})] at position N-1+i gives f̂_{N+i}
+                out = self._step(out[None], [tok], torch.tensor([[n - 1 + i]], device=self._device), None)[0]
+        return Draft(torch.tensor(tokens, dtype=torch.long, device=self._device),
+                     torch.stack(probs) if probs else None)
+
+    def _top_children(self, out: torch.Tensor):
+        """log-probabilities and token ids of the ``branch`` best children, from features [q, H]."""
+        logp = torch.log_softmax(self.vocab.logits(out).float(), dim=-1).clamp_max(0.0)
+        v, i = logp.topk(min(self.branch, logp.shape[-1]), dim=-1)
+        return v, self.vocab.to_token(i)
+
+    def _level_mask(self, hpar: list, past: int):
+        """Mask and positions of the head's drafted tree ``hpar`` (parents of the expanded nodes' cache
+        entries) over its cache: ``past`` committed entries, the root's entry (position N-2, whose input
+        token is the root x_{N-1}), then the tree's entries. This is exactly the layout the target's
+        tree forward has, so trees.py's mask and depth-based positions apply unchanged; a level keeps
+        the rows of its new entries."""
+        return (trees.tree_attention_mask(hpar, past, dtype=self._dtype, device=self._device),
+                trees.tree_position_ids(hpar, past, device=self._device))
+
+    def _propose_tree(self, n: int) -> Draft:
+        """EAGLE-2's dynamic tree (see the module docstring)."""
+        # Candidate nodes, in creation order (parents first): token, parent (-1 = root), cumulative
+        # log-probability, depth. ``feat`` holds the head output of every *expanded* node, ``slot``
+        # its entry in the head's tree (the drafted part of the head cache), whose parents are ``hpar``.
+        tok, par, score, depth = [], [], [], []
+        feat, slot, hpar = {}, {}, []
+        v, ids = self._top_children(self._last[None])
+        for lp, t in zip(v[0].tolist(), ids[0].tolist()):
+            tok.append(t), par.append(-1), score.append(lp), depth.append(1)
+        level = list(range(len(tok)))
+        past = n - 2  # head cache positions before the root's entry (position N-2, input token x_{N-1})
+        for d in range(1, self.depth):
+            expand = sorted(level, key=lambda i: (-score[i], i))[: self.beam]
+            # Head entries for the expanded nodes: input [feature of the parent, emb(node token)].
+            start = len(hpar)
+            for i in expand:
+                slot[i] = len(hpar)
+                hpar.append(-1 if par[i] < 0 else slot[par[i]])
+            mask, pos = self._level_mask(hpar, past)
+            mask, pos = mask[:, :, 1 + start:], pos[:, 1 + start:]
+            f_in = torch.stack([self._last if par[i] < 0 else feat[par[i]] for i in expand])
+            out = self._step(f_in, [tok[i] for i in expand], pos, mask)
+            v, ids = self._top_children(out)
+            level = []
+            for row, i in enumerate(expand):
+                feat[i] = out[row]
+                for lp, t in zip(v[row].tolist(), ids[row].tolist()):
+                    level.append(len(tok))
+                    tok.append(t), par.append(i), score.append(score[i] + lp), depth.append(d + 1)
+        # Keep the k best by cumulative score; ties go to the shallower (earlier) node, so a parent
+        # (score >= child's, as log-probabilities are <= 0) always ranks before its children.
+        order = sorted(range(len(tok)), key=lambda i: (-score[i], depth[i], i))
+        kept, keep_set = [], set()
+        for i in order:
+            if len(kept) == self.k:
+                break
+            if par[i] < 0 or par[i] in keep_set:
+                kept.append(i)
+                keep_set.add(i)
+        kept.sort()  # creation order is topological
+        new_index = {old: j for j, old in enumerate(kept)}
+        parents = torch.tensor([-1 if par[i] < 0 else new_index[par[i]] for i in kept], dtype=torch.long)
+        tokens = torch.tensor([tok[i] for i in kept], dtype=torch.long, device=self._device)
+        self.last_tree_scores = torch.tensor([score[i] for i in kept])  # for notebooks / tests
+        return Draft(tokens, None, parents)
+
+    def __repr__(self) -> str:
+        shape = f", tree=(depth={self.depth}, beam={self.beam}, branch={self.branch})" if self.tree else ""
+        return f"EagleProposer(k={self.k}{shape}, draft_vocab={self.vocab.size})"
+
+
+def load_eagle_proposer(target, k: int | None = None, tree: bool = False, reduced_vocab: bool = True,
+                        path=EAGLE_WEIGHTS, **kwargs) -> EagleProposer:
+    """The shipped EAGLE head on the embedded target. Chain (default k = 4) or tree (``tree=True``:
+    default k = 16 nodes, depth 5, beam 4, branch 4). reduced_vocab drafts among the shipped 8,192
+    most frequent answer tokens."""
+    from .draft_model import DRAFT_VOCAB
+    from ..draft_vocab import load_vocab
+
+    head = load_eagle_head(target, path)
+    if k is None:
+        k = 16 if tree else 4
+    vocab = load_vocab(DRAFT_VOCAB) if reduced_vocab else None
+    return EagleProposer(target, head, k=k, tree=tree, draft_vocab=vocab, **kwargs)
