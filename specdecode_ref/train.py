@@ -6,6 +6,8 @@ into ``specdecode_ref/weights/``::
     python -m specdecode_ref.train data        # self-distillation corpus (distill.py), ~10 min
     python -m specdecode_ref.train draft       # 4-layer draft model (notebook 05), ~20 min
     python -m specdecode_ref.train early-exit  # exit adapters for self-speculation (notebook 06)
+    python -m specdecode_ref.train medusa      # Medusa heads on the corpus' hidden states (notebook 07)
+    python -m specdecode_ref.train eagle       # EAGLE feature-drafting head (notebook 08)
 
 The target stays frozen. Every drafter minimises the soft cross-entropy against the target's top-k
 next-token distribution (KL up to a constant), not only its argmax, so the same weights serve greedy
@@ -85,7 +87,7 @@ def fit(params, loss_fn, corpus: Corpus, *, steps: int, lr: float = 5e-4, batch_
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
-        result.losses.append(float(loss))
+        result.losses.append(float(loss.detach()))
         result.agreement.append(agree)
         bar.update(1)
         if distill.log_every(step + 1, steps):
@@ -294,6 +296,296 @@ def cmd_early_exit(args) -> None:
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB) with exits {ship}")
 
 
+# ---- Medusa heads (Medusa-1: the target frozen) -------------------------------------------------------
+
+def medusa_batch(corpus: Corpus, idx: list, num_heads: int, device="cpu"):
+    """Features and labels for Medusa heads, read from the corpus' stored hidden states (no target
+    forward: this is why Medusa-1 trains cheaply).
+
+    Rows: every position t from start-1 (the last prompt token) to T-3 of each sequence -- the
+    positions whose feature a proposer reads at decode time. labels[:, i] = ids[t + 2 + i], the
+    token head i predicts (an answer token, since t + 2 + i >= start + 1), or -100 past the end.
+    Returns (features [M, H] float, labels [M, num_heads] long).
+    """
+    if corpus.hidden is None:
+        raise ValueError("the corpus has no hidden states: build it with teacher_pass(..., keep_hidden=True)")
+    feats, labels = [], []
+    for i in idx:
+        ids, h = corpus.ids[i], corpus.hidden[i]
+        T = ids.numel()
+        t = torch.arange(max(corpus.start[i] - 1, 0), T - 2)
+        if t.numel() == 0:
+            continue
+        lab = torch.full((t.numel(), num_heads), -100, dtype=torch.long)
+        for j in range(num_heads):
+            pos = t + 2 + j
+            ok = pos <= T - 1
+            lab[ok, j] = ids[pos[ok]]
+        feats.append(h[t])
+        labels.append(lab)
+    if not feats:
+        return torch.zeros(0, 0, device=device), torch.zeros(0, num_heads, dtype=torch.long, device=device)
+    return torch.cat(feats).float().to(device), torch.cat(labels).to(device)
+
+
+def medusa_loss_fn(target, heads, corpus: Corpus, device="cpu"):
+    """Sum over heads of the cross-entropy against the actual answer token i+2 ahead, through the
+    target's frozen lm_head; the agreement reported is head 0's top-1 accuracy."""
+    from .proposers.medusa import project
+
+    def loss_fn(idx):
+        x, y = medusa_batch(corpus, idx, heads.num_heads, device)
+        feats = heads(x)  # [M, num_heads, H]
+        total, agree = feats.sum() * 0.0, 0.0
+        for j in range(heads.num_heads):
+            ok = y[:, j] >= 0
+            if not bool(ok.any()):
+                continue
+            logits = project(target, feats[ok, j]).float()
+            total = total + torch.nn.functional.cross_entropy(logits, y[ok, j])
+            if j == 0:
+                agree = float((logits.detach().argmax(-1) == y[ok, 0]).float().mean())
+        return total, agree
+
+    return loss_fn
+
+
+@torch.no_grad()
+def medusa_accuracy(target, heads, corpus: Corpus, ranks: int = 10, batch_tokens: int = 2048, device="cpu") -> dict:
+    """Per-head accuracy on ``corpus``: rank_accuracy[i][r] = share of positions where the actual token
+    is head i's rank-r candidate (what derive_choices needs), top1 and top5 (its cumulative sums),
+    cross-entropy per head, and the number of positions per head."""
+    from .proposers.medusa import project
+
+    nh = heads.num_heads
+    hits = torch.zeros(nh, ranks, dtype=torch.float64)
+    nll = torch.zeros(nh, dtype=torch.float64)
+    count = torch.zeros(nh, dtype=torch.float64)
+    g = torch.Generator().manual_seed(0)
+    for idx in distill.iterate_batches(corpus, batch_tokens, g):
+        x, y = medusa_batch(corpus, idx, nh, device)
+        if x.numel() == 0:
+            continue
+        with _autocast(device):
+            feats = heads(x)
+        for j in range(nh):
+            ok = y[:, j] >= 0
+            if not bool(ok.any()):
+                continue
+            with _autocast(device):
+                logits = project(target, feats[ok, j])
+            logits = logits.float()
+            yj = y[ok, j]
+            top = logits.topk(min(ranks, logits.shape[-1]), dim=-1).indices
+            match = top == yj[:, None]
+            hits[j, : match.shape[1]] += match.sum(0).double().cpu()
+            nll[j] += float(torch.nn.functional.cross_entropy(logits, yj, reduction="sum"))
+            count[j] += int(ok.sum())
+    rank_acc = (hits / count.clamp(min=1)[:, None]).tolist()
+    cum = torch.tensor(rank_acc).cumsum(-1)
+    return {"rank_accuracy": [[round(a, 5) for a in row] for row in rank_acc],
+            "top1": [round(float(c), 4) for c in cum[:, 0]],
+            "top5": [round(float(c), 4) for c in cum[:, min(4, ranks - 1)]],
+            "loss": [round(float(v), 4) for v in (nll / count.clamp(min=1))],
+            "positions": [int(c) for c in count]}
+
+
+def train_medusa(target, corpus: Corpus, *, num_heads: int = 3, num_layers: int = 1, steps: int = 600,
+                 lr: float = 1e-3, batch_tokens: int = 2048, seed: int = 0, holdout: Corpus | None = None):
+    """Train Medusa heads on the corpus' stored last hidden states (the target stays frozen and is
+    never run: only its lm_head is read). Returns (heads, TrainResult); with ``holdout``,
+    ``result.heldout = {"before": ..., "after": ...}`` per-head accuracies (medusa_accuracy)."""
+    from .proposers.medusa import MedusaHeads
+
+    if corpus.hidden is None:
+        raise ValueError("the corpus has no hidden states: build it with teacher_pass(..., keep_hidden=True)")
+    if corpus.hidden[0].shape[-1] != target.config.hidden_size:
+        raise ValueError(f"the corpus' hidden states have size {corpus.hidden[0].shape[-1]}, the target "
+                         f"{target.config.hidden_size}: they come from another model")
+    device = next(target.parameters()).device
+    torch.manual_seed(seed)
+    heads = MedusaHeads(target.config.hidden_size, num_heads, num_layers).float().to(device).train()
+    before = medusa_accuracy(target, heads, holdout, batch_tokens=batch_tokens, device=device) \
+        if holdout is not None else {}
+    result = fit(heads.parameters(), medusa_loss_fn(target, heads, corpus, device), corpus, steps=steps, lr=lr,
+                 batch_tokens=batch_tokens, seed=seed, desc=f"Medusa heads ({num_heads})", device=device)
+    heads.eval().requires_grad_(False)
+    if holdout is not None:
+        result.heldout = {"before": before,
+                          "after": medusa_accuracy(target, heads, holdout, batch_tokens=batch_tokens, device=device)}
+    return heads, result
+
+
+def cmd_medusa(args) -> None:
+    from .proposers.medusa import (DEFAULT_TREE_NODES, MEDUSA_WEIGHTS, derive_choices, expected_accepted,
+                                   save_medusa_heads)
+
+    train_c, hold = _corpus(args)
+    target, _ = _load_target("fp32")
+    heads, result = train_medusa(target, train_c, num_heads=args.heads, num_layers=args.layers, steps=args.steps,
+                                 lr=args.lr, batch_tokens=args.batch_tokens, seed=args.seed, holdout=hold)
+    after = result.heldout["after"]
+    acc = after["rank_accuracy"]
+    budgets = sorted({4, DEFAULT_TREE_NODES, 16, 32})
+    derived = {b: derive_choices(acc, b) for b in budgets}
+    out = Path(args.out or MEDUSA_WEIGHTS)
+    meta = {"steps": args.steps, "lr": args.lr, "seed": args.seed, "seconds": round(result.seconds),
+            "rank_accuracy": acc, "top1": after["top1"], "top5": after["top5"],
+            "top1_before": result.heldout["before"]["top1"], "heldout_loss": after["loss"],
+            "choices": derived[DEFAULT_TREE_NODES]}
+    save_medusa_heads(heads, out, meta, target)
+    save_curve(result, out.with_name(out.stem + "-loss"),
+               f"Medusa heads ({args.heads}): summed cross-entropy ({args.steps} steps)")
+    choices_path = out.with_name(out.stem + "-choices.json")
+    choices_path.write_text(json.dumps(
+        {str(b): {"choices": c, "expected_accepted": round(expected_accepted(acc, c), 4)} for b, c in derived.items()},
+        indent=1))
+    print(json.dumps({"top1": after["top1"], "top5": after["top5"], "before_top1": meta["top1_before"]}, indent=1))
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB), its loss curve and {choices_path.name}")
+
+
+def _add_medusa_parser(sub) -> None:
+    p = sub.add_parser("medusa", help="train Medusa heads on the corpus' hidden states (target frozen)")
+    p.add_argument("--steps", type=int, default=600)
+    p.add_argument("--heads", type=int, default=3, help="number of Medusa heads (head i predicts i+2 ahead)")
+    p.add_argument("--layers", type=int, default=1, help="ResBlocks per head")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--batch-tokens", type=int, default=2048)
+    p.add_argument("--out", default=None, help="weights file (default: the shipped one)")
+
+
+# ---- EAGLE head (feature-level drafting; the target frozen) ------------------------------------------
+
+def eagle_batch(corpus: Corpus, idx: list, device="cpu"):
+    """Teacher-forcing tensors for the EAGLE head, read from the corpus alone (no target forward).
+
+    For every sequence and t = 0..T-2 (prompt included): input feature f_t = hidden[t], input token
+    x_{t+1}, target feature f_{t+1} = hidden[t+1]. Right-padded to [B, W-1]; ``valid`` marks real
+    positions. Answer targets: ``rows``, ``cols`` index the head output f̂_{t+1} whose lm_head must
+    match the target's top-k distribution (``t_ids``, ``t_logp``) for the answer token x_{t+2}.
+    """
+    if corpus.hidden is None:
+        raise ValueError("the corpus has no hidden states: build it with teacher_pass(..., keep_hidden=True)")
+    x, _, rows, cols, t_ids, t_logp = distill.pad_batch(corpus, idx)
+    B, W = x.shape
+    H = corpus.hidden[idx[0]].shape[-1]
+    hidden = torch.zeros(B, W, H)
+    valid = torch.zeros(B, W - 1, dtype=torch.bool)
+    for r, i in enumerate(idx):
+        T = corpus.ids[i].numel()
+        hidden[r, :T] = corpus.hidden[i].float()
+        valid[r, : T - 1] = True
+    # pad_batch's col c is where the target read the distribution of token c+1: hidden[c], which the
+    # head predicts at output index c-1 (from input f_{c-1}, x_c). c = 0 has no head input before it.
+    keep = cols >= 1
+    rows, cols, t_ids, t_logp = rows[keep], cols[keep] - 1, t_ids[keep], t_logp[keep]
+    to = lambda t: t.to(device)  # noqa: E731
+    return (to(hidden[:, :-1]), to(x[:, 1:]), to(hidden[:, 1:]), to(valid), to(rows), to(cols), to(t_ids),
+            to(t_logp))
+
+
+def eagle_loss_fn(target, head, corpus: Corpus, device="cpu", feature_weight: float = 1.0,
+                  token_weight: float = 0.1, parts: dict | None = None):
+    """EAGLE's loss: feature_weight * smooth-L1(f̂_{t+1}, f_{t+1}) over all positions + token_weight *
+    soft cross-entropy of lm_head(f̂_{t+1}) against the target's top-k at answer positions.
+    Agreement: top-1 of lm_head(f̂) vs the target's argmax. ``parts`` (a dict) receives both terms."""
+    from .proposers.early_exit import causal_mask
+
+    def loss_fn(idx):
+        f_in, tok, f_next, valid, rows, cols, t_ids, t_logp = eagle_batch(corpus, idx, device)
+        q = f_in.shape[1]
+        pos = torch.arange(q, device=device)[None].expand(f_in.shape[0], -1)
+        out = head(f_in, tok, pos, causal_mask(q, 0, device), target)
+        f_loss = torch.nn.functional.smooth_l1_loss(out[valid].float(), f_next[valid])
+        logits = target.lm_head(out[rows, cols])
+        t_loss = distill.soft_cross_entropy(logits, t_ids, t_logp)
+        if parts is not None:
+            parts["feature"], parts["token"] = float(f_loss), float(t_loss)
+        return feature_weight * f_loss + token_weight * t_loss, distill.agreement(logits.detach(), t_ids)
+
+    return loss_fn
+
+
+@torch.no_grad()
+def evaluate_eagle(target, head, corpus: Corpus, batch_tokens: int = 2048, device="cpu",
+                   feature_weight: float = 1.0, token_weight: float = 0.1) -> dict:
+    """Held-out loss, its feature (smooth L1) and token (soft cross-entropy) parts, and top-1 agreement
+    of lm_head(f̂) with the target's argmax, weighted by answer tokens."""
+    parts: dict = {}
+    loss_fn = eagle_loss_fn(target, head, corpus, device, feature_weight, token_weight, parts)
+    sums = {"loss": 0.0, "feature_loss": 0.0, "token_loss": 0.0, "agreement": 0.0}
+    n = 0
+    g = torch.Generator().manual_seed(0)
+    for idx in distill.iterate_batches(corpus, batch_tokens, g):
+        with _autocast(device):
+            loss, a = loss_fn(idx)
+        m = sum(corpus.ids[i].numel() - corpus.start[i] for i in idx)
+        for key, v in (("loss", float(loss)), ("feature_loss", parts["feature"]), ("token_loss", parts["token"]),
+                       ("agreement", a)):
+            sums[key] += v * m
+        n += m
+    return {**{k: round(v / max(n, 1), 4) for k, v in sums.items()}, "tokens": n}
+
+
+def train_eagle(target, corpus: Corpus, *, steps: int = 600, lr: float = 5e-4, batch_tokens: int = 2048,
+                seed: int = 0, holdout: Corpus | None = None, feature_weight: float = 1.0,
+                token_weight: float = 0.1):
+    """Train an EAGLE head by teacher forcing on the corpus' stored features (the target is never run:
+    only its embeddings and lm_head are read, frozen). Returns (head, TrainResult); with ``holdout``,
+    ``result.heldout = {"before": ..., "after": ...}`` (evaluate_eagle)."""
+    from .proposers.eagle import build_eagle_head
+
+    if corpus.hidden is None:
+        raise ValueError("the corpus has no hidden states: build it with teacher_pass(..., keep_hidden=True)")
+    if corpus.hidden[0].shape[-1] != target.config.hidden_size:
+        raise ValueError(f"the corpus' hidden states have size {corpus.hidden[0].shape[-1]}, the target "
+                         f"{target.config.hidden_size}: they come from another model")
+    device = next(target.parameters()).device
+    torch.manual_seed(seed)
+    head = build_eagle_head(target).float().train().requires_grad_(True)
+    weights = dict(feature_weight=feature_weight, token_weight=token_weight)
+    before = evaluate_eagle(target, head, holdout, batch_tokens, device, **weights) if holdout is not None else {}
+    result = fit(head.parameters(), eagle_loss_fn(target, head, corpus, device, **weights), corpus, steps=steps,
+                 lr=lr, batch_tokens=batch_tokens, seed=seed, desc="EAGLE head", device=device)
+    head.eval().requires_grad_(False)
+    if holdout is not None:
+        result.heldout = {"before": before,
+                          "after": evaluate_eagle(target, head, holdout, batch_tokens, device, **weights)}
+    return head, result
+
+
+def cmd_eagle(args) -> None:
+    from .proposers.eagle import EAGLE_WEIGHTS, save_eagle
+
+    train_c, hold = _corpus(args)
+    target, _ = _load_target("fp32")
+    head, result = train_eagle(target, train_c, steps=args.steps, lr=args.lr, batch_tokens=args.batch_tokens,
+                               seed=args.seed, holdout=hold, feature_weight=args.feature_weight,
+                               token_weight=args.token_weight)
+    out = Path(args.out or EAGLE_WEIGHTS)
+    after, before = result.heldout["after"], result.heldout["before"]
+    meta = {"steps": args.steps, "lr": args.lr, "seed": args.seed, "seconds": round(result.seconds),
+            "feature_weight": args.feature_weight, "token_weight": args.token_weight,
+            "feature": "final normed hidden state",
+            "heldout_agreement": after["agreement"], "heldout_agreement_before": before["agreement"],
+            "heldout": json.dumps(result.heldout)}
+    save_eagle(head, out, meta)
+    save_curve(result, out.with_name(out.stem + "-loss"),
+               f"EAGLE head: smooth-L1 + {args.token_weight:g} x soft CE ({args.steps} steps)")
+    print(json.dumps(result.heldout, indent=1))
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB) and its loss curve")
+
+
+def _add_eagle_parser(sub) -> None:
+    p = sub.add_parser("eagle", help="train the EAGLE head on the corpus' features (target frozen)")
+    p.add_argument("--steps", type=int, default=600)
+    p.add_argument("--lr", type=float, default=5e-4)
+    p.add_argument("--batch-tokens", type=int, default=2048)
+    p.add_argument("--feature-weight", type=float, default=1.0, help="weight of the smooth-L1 feature loss")
+    p.add_argument("--token-weight", type=float, default=0.1, help="weight of the soft cross-entropy")
+    p.add_argument("--out", default=None, help="weights file (default: the shipped one)")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m specdecode_ref.train", description=__doc__.split("\n")[0])
     parser.add_argument("--corpus", default=str(distill.default_corpus_path()), help="distillation corpus file")
@@ -315,10 +607,13 @@ def main(argv=None) -> None:
         else:
             p.add_argument("--exits", default="6,10,14", help="exit layers to train, comma-separated")
             p.add_argument("--ship", default="", help="exit layers to write (default: all trained)")
+    _add_medusa_parser(sub)
+    _add_eagle_parser(sub)
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    {"data": cmd_data, "draft": cmd_draft, "early-exit": cmd_early_exit}[args.cmd](args)
+    {"data": cmd_data, "draft": cmd_draft, "early-exit": cmd_early_exit, "medusa": cmd_medusa,
+     "eagle": cmd_eagle}[args.cmd](args)
 
 
 if __name__ == "__main__":

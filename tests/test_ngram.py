@@ -97,8 +97,8 @@ def test_load_proposer():
     assert load_proposer("ngram", k_per_matched_token=None).k_per_matched_token is None
     with pytest.raises(ValueError, match="unknown proposer"):
         load_proposer("nope")
-    with pytest.raises(NotImplementedError):
-        load_proposer("eagle")
+    with pytest.raises(ValueError, match="target"):
+        load_proposer("eagle")  # model-based proposers need the target
 
 
 def test_unrelated_context_with_same_token_at_the_seam_rebuilds():

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from .base import DecodeState, Draft, Proposer, StepOutcome
 from .draft_model import DraftModelProposer
+from .eagle import EagleProposer
 from .early_exit import EarlyExitProposer
+from .medusa import MedusaProposer
 from .ngram import NgramProposer
 
 
@@ -41,18 +43,43 @@ def _early_exit(target, k, exit_layer=None, reduced_vocab: bool = True, **kwargs
     return EarlyExitProposer(target, adapter, k=k, draft_vocab=_shipped_vocab(reduced_vocab), **kwargs)
 
 
+def _medusa(target, k, **kwargs):
+    # Medusa-1 heads on the target's last hidden state (notebook 07): a tree of k nodes derived from
+    # the heads' measured accuracies (shipped in the weights' metadata); tree=False drafts a chain.
+    from .medusa import load_medusa_proposer
+
+    return load_medusa_proposer(target, k=k, **kwargs)
+
+
+def _medusa_chain(target, k, **kwargs):
+    return _medusa(target, k, tree=False, **kwargs)
+
+
+def _eagle(target, k, tree: bool = False, reduced_vocab: bool = True, **kwargs):
+    # The shipped EAGLE head (notebook 08): one decoder layer drafting the target's next feature;
+    # a chain by default, tree=True for an EAGLE-2-style dynamic tree (k = its node budget).
+    from .eagle import load_eagle_proposer
+
+    return load_eagle_proposer(target, k=k, tree=tree, reduced_vocab=reduced_vocab, **kwargs)
+
+
+def _eagle_tree(target, k, **kwargs):
+    return _eagle(target, k, tree=True, **kwargs)
+
+
 # name -> (builder(target, k, **kwargs), default k)
 _REGISTRY = {
     "ngram": (_ngram, 8),
     "draft": (_draft, 4),
     "draft-fullvocab": (_draft_full_vocab, 4),
     "early-exit": (_early_exit, 3),
+    "medusa": (_medusa, 8),
+    "medusa-chain": (_medusa_chain, 3),
+    "eagle": (_eagle, 4),
+    "eagle-tree": (_eagle_tree, 16),
 }
 # Families the course adds later, with the issue that brings them.
-_PLANNED = {
-    "medusa": "MedusaProposer (notebook 07)",
-    "eagle": "EagleProposer (notebook 08)",
-}
+_PLANNED: dict = {}
 
 
 def available_proposers() -> list:
@@ -65,7 +92,8 @@ def register_proposer(name: str, builder, default_k: int) -> None:
 
 
 def load_proposer(name: str, target=None, k: int | None = None, **kwargs) -> Proposer:
-    """Build a proposer by name ("ngram", "draft", "draft-fullvocab", "early-exit"; later "medusa", "eagle").
+    """Build a proposer by name: "ngram", "draft", "draft-fullvocab", "early-exit", "medusa",
+    "medusa-chain", "eagle", "eagle-tree" (see ``available_proposers()``).
 
     Model-based proposers load their shipped weights for the embedded model and need ``target``.
     """
@@ -83,5 +111,5 @@ def load_proposer(name: str, target=None, k: int | None = None, **kwargs) -> Pro
 
 
 __all__ = ["Proposer", "Draft", "DecodeState", "StepOutcome", "NgramProposer", "DraftModelProposer",
-           "EarlyExitProposer", "load_proposer",
+           "EarlyExitProposer", "MedusaProposer", "EagleProposer", "load_proposer",
            "available_proposers", "register_proposer"]

@@ -9,9 +9,11 @@ the last. ``propose`` feeds the tokens the cache has not seen, then drafts; ``on
 cache back to the committed prefix -- the entries for accepted drafts stay, because the draft
 computed them on exactly the tokens that were committed.
 
-The embedded draft for SmolLM2-135M is four decoder layers initialised from the target's layers
-0, 1, 2 and 29, sharing the target's embeddings and (tied) lm_head, then distilled on the target's own
+The embedded draft for SmolLM2-135M is four decoder layers initialised from the target's first four
+layers, sharing the target's embeddings and (tied) lm_head, then distilled on the target's own
 answers (``python -m specdecode_ref.train draft``). Only its layers and final norm are shipped.
+(Of the initialisations tried -- layers 0-3, 0-2 + 29, 0-1 + 28-29, 0/10/20/29 -- the first four
+layers start at the lowest held-out loss, 16.2 nats against 17.1-31.5.)
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from .base import DecodeState, Draft, Proposer, StepOutcome
 WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "weights"
 DRAFT_WEIGHTS = WEIGHTS_DIR / "smollm2-135m-draft.safetensors"
 DRAFT_VOCAB = WEIGHTS_DIR / "smollm2-135m-draft-vocab.safetensors"
-DEFAULT_INIT_LAYERS = (0, 1, 2, 29)
+DEFAULT_INIT_LAYERS = (0, 1, 2, 3)
 # The shape of the embedded target the shipped weights were trained for.
 EMBEDDED_SHAPE = {"hidden_size": 576, "num_hidden_layers": 30, "vocab_size": 49152}
 
