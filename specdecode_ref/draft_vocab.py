@@ -25,7 +25,7 @@ def frequent_tokens(counts: torch.Tensor, size: int, always=()) -> torch.Tensor:
         raise ValueError(f"size must be >= 1, got {size}")
     always = sorted(set(int(t) for t in always))
     ranked = torch.argsort(counts.double() - 1e-9 * torch.arange(counts.numel()), descending=True)
-    keep = list(dict.fromkeys(always + ranked[: size].tolist()))[:max(size, len(always))]
+    keep = list(dict.fromkeys(ranked[: size].tolist() + always))
     return torch.tensor(sorted(keep), dtype=torch.long)
 
 

@@ -277,6 +277,20 @@ def cmd_draft(args) -> None:
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB) and {DRAFT_VOCAB.name}")
 
 
+def best_exit(heldout: dict, num_layers: int, k_max: int = 8) -> int:
+    """The exit layer to ship (the 50 MB budget holds one adapter): the best predicted speedup,
+    taking alpha = held-out top-1 agreement and c = (L + 1) / num_layers (L target layers plus the
+    adapter's one; the reduced-vocabulary projection is small), each at its best k."""
+    from .analysis import expected_speedup
+
+    def score(L):
+        a = min(heldout[str(L)]["agreement"], 0.99)
+        c = (L + 1) / num_layers
+        return max(expected_speedup(a, k, c) for k in range(1, k_max + 1))
+
+    return max((int(L) for L in heldout), key=score)
+
+
 def cmd_early_exit(args) -> None:
     from .proposers.early_exit import EXIT_WEIGHTS, save_adapters
 
@@ -286,7 +300,10 @@ def cmd_early_exit(args) -> None:
     adapters, result = train_early_exit(target, train, exits=exits, steps=args.steps, lr=args.lr,
                                         batch_tokens=args.batch_tokens, seed=args.seed, holdout=hold)
     out = Path(args.out or EXIT_WEIGHTS)
-    ship = [int(x) for x in args.ship.split(",")] if args.ship else exits
+    if args.ship == "auto":
+        ship = [best_exit(result.heldout, target.config.num_hidden_layers)]
+    else:
+        ship = [int(x) for x in args.ship.split(",")] if args.ship else exits
     save_adapters({L: adapters[L] for L in ship}, out,
                   {"steps": args.steps, "lr": args.lr, "seed": args.seed, "seconds": round(result.seconds),
                    "heldout": json.dumps(result.heldout), "trained_exits": json.dumps(exits)})
@@ -606,7 +623,9 @@ def main(argv=None) -> None:
             p.add_argument("--vocab-size", type=int, default=8192)
         else:
             p.add_argument("--exits", default="6,10,14", help="exit layers to train, comma-separated")
-            p.add_argument("--ship", default="", help="exit layers to write (default: all trained)")
+            p.add_argument("--ship", default="auto",
+                           help="exit layers to write, comma-separated, or 'auto' (default): the one with "
+                                "the best predicted speedup, since the weight budget holds one adapter")
     _add_medusa_parser(sub)
     _add_eagle_parser(sub)
     args = parser.parse_args(argv)

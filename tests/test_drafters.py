@@ -268,3 +268,29 @@ def test_save_and_load_draft_roundtrip(target4, tmp_path):
     assert meta["init_layers"] == "[0, 1, 2, 3]" and meta["note"] == "test"
     with pytest.raises(ValueError, match="SmolLM2"):
         draft_model.load_draft_model(target4, path)  # shipped loaders refuse a foreign target
+
+
+# --- reduced draft vocabulary and the exit layer to ship -------------------------------------------
+
+def test_frequent_tokens_and_vocab_head():
+    from specdecode_ref.draft_vocab import VocabHead, coverage, frequent_tokens
+
+    counts = torch.tensor([5, 0, 9, 1, 9, 0])
+    ids = frequent_tokens(counts, 2, always=[5])
+    assert ids.tolist() == [2, 4, 5]  # ties broken by id; EOS-like ids always kept
+    assert coverage(ids, torch.tensor([2, 2, 4, 1])) == 0.75
+    w = torch.randn(6, 3)
+    head = VocabHead(w, ids)
+    h = torch.randn(3)
+    sub = head.logits(h)
+    torch.testing.assert_close(sub, (w @ h)[ids])
+    full = head.full_logits(sub)
+    assert torch.isinf(full[[0, 1, 3]]).all() and torch.equal(full[ids], sub)
+    assert int(head.to_token(torch.tensor(1))) == 4
+    with pytest.raises(ValueError):
+        VocabHead(w, torch.tensor([7]))
+
+
+def test_best_exit_trades_agreement_for_cost():
+    assert train.best_exit({"4": {"agreement": 0.3}, "20": {"agreement": 0.35}}, 30) == 4
+    assert train.best_exit({"4": {"agreement": 0.05}, "12": {"agreement": 0.8}}, 30) == 12
