@@ -373,3 +373,39 @@ def monotone_cost_curve(ns: Sequence[int], times: Sequence[float]) -> np.ndarray
             m1, w1 = blocks.pop()
             blocks.append([(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2])
     return np.concatenate([np.full(int(w), m) for m, w in blocks])
+
+
+def replay_greedy_chain(matches: Sequence[bool], k: int):
+    """Replay greedy speculative decoding of one known continuation with a chain drafter.
+
+    With greedy verification the draft token at a position is accepted only if every earlier
+    draft of the step was, i.e. only when the drafter saw the *true* prefix; so acceptance is fixed
+    by one bit per position: ``matches[j]`` = "the drafter's greedy token after the prompt and the
+    first j new tokens equals new token j", for j = 0 .. N-1 (``matches[0]`` is never used: the
+    prefill emits token 0). Steps go as in ``engine.generate``: draft min(k, tokens left - 1), accept
+    the leading run of matches, emit it plus one target token. Returns a ``SpecStats`` with the
+    counters (tau, per-position rates, accepted/draft lengths) the engine would report; no timings.
+    One pass of the drafter over prompt + continuation (``bench.draft_greedy_matches``) thus gives
+    tau for every k at once, exactly as the engine would count it up to rounding near-ties.
+    """
+    from .metrics import SpecStats
+
+    if int(k) != k or k < 1:
+        raise ValueError(f"k must be a whole number >= 1, got {k!r}")
+    k = int(k)
+    m = [bool(x) for x in matches]
+    n_total = len(m)
+    stats = SpecStats()
+    n = 1 if n_total else 0  # the prefill emitted token 0
+    while n < n_total:
+        remaining = n_total - n
+        drafted = min(k, remaining - 1)
+        accepted = 0
+        while accepted < drafted and m[n + accepted]:
+            accepted += 1
+        emitted = min(accepted + 1, remaining)
+        stats.record_step(drafted, accepted, emitted)
+        n += emitted
+    stats.new_tokens = n_total
+    stats.target_forwards = stats.steps + (1 if n_total else 0)
+    return stats

@@ -669,5 +669,58 @@ def main(argv=None) -> int:
     return 0
 
 
+
+@torch.inference_mode()
+def measure_draft_cost(proposer, context_len: int = 256, repeats: int = 15, warmup: int = 3, seed: int = 0) -> float:
+    """Median seconds of one drafting forward of a ``DraftModelProposer``: one new token after a
+    cached ``context_len``-token context, through the draft's layers and its vocabulary projection
+    (full, or the reduced draft vocabulary when the proposer has one), exactly the call ``propose``
+    makes k times per step. Divide by ``measure_cost_curve``'s T(1) at the same context length for
+    the c of the speedup formula. The proposer's cache is replaced; call ``begin`` before reusing it.
+    """
+    if not isinstance(repeats, int) or repeats < 1 or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError("repeats must be an int >= 1 and warmup an int >= 0")
+    model = proposer.model
+    device = _device(model)
+    vocab = model.get_input_embeddings().weight.shape[0]
+    gen = torch.Generator().manual_seed(seed)
+    context = torch.randint(0, vocab, (context_len,), generator=gen).tolist()
+    new = torch.randint(0, vocab, (1,), generator=gen).tolist()
+    proposer.cache = kv.new_cache(model)
+    proposer._logits(context)
+    samples = []
+    for r in range(warmup + repeats):
+        _, dt = timed(device, lambda: proposer._logits(new))
+        kv.crop_to(proposer.cache, context_len)
+        if r >= warmup:
+            samples.append(dt)
+    proposer.cache = None
+    return float(statistics.median(samples))
+
+
+@torch.inference_mode()
+def draft_greedy_matches(proposer, prompt_ids, continuation) -> list:
+    """For a ``DraftModelProposer`` and a continuation the target produced greedily after
+    ``prompt_ids``: ``matches[j]`` = whether the draft's greedy token after prompt + continuation[:j]
+    equals continuation[j] (``matches[0]``, the prefill's token, is always False). One teacher-forced
+    forward of the draft, over its draft vocabulary when it has one. Feed the result to
+    ``analysis.replay_greedy_chain`` to get the engine's counters for any k without decoding again.
+    """
+    model = proposer.model
+    device = _device(model)
+    prompt = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(-1).to(device)
+    cont = torch.as_tensor(continuation, dtype=torch.long).reshape(-1).to(device)
+    if cont.numel() < 2:
+        return [False] * int(cont.numel())
+    x = torch.cat([prompt, cont[:-1]])[None]
+    h = model.model(input_ids=x).last_hidden_state[0, prompt.numel():]  # predicts cont[1:]
+    head = getattr(proposer, "head", None)
+    if head is None:
+        pred = model.get_output_embeddings()(h).argmax(-1)
+    else:
+        pred = head.to_token(head.logits(h).argmax(-1))
+    return [False] + (pred == cont[1:]).tolist()
+
+
 if __name__ == "__main__":
     sys.exit(main())
