@@ -294,3 +294,19 @@ def test_frequent_tokens_and_vocab_head():
 def test_best_exit_trades_agreement_for_cost():
     assert train.best_exit({"4": {"agreement": 0.3}, "20": {"agreement": 0.35}}, 30) == 4
     assert train.best_exit({"4": {"agreement": 0.05}, "12": {"agreement": 0.8}}, 30) == 12
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+@pytest.mark.parametrize("reduced", [False, True])
+def test_replay_reproduces_the_engine_counters(target4, k, reduced):
+    """One teacher-forced draft pass + replay gives the engine's per-step counters for any k."""
+    from specdecode_ref.analysis import replay_greedy_chain
+    from specdecode_ref.bench import draft_greedy_matches
+
+    prompt = torch.tensor([5, 9, 2, 33, 7])
+    plain = autoregressive_generate(target4, prompt, max_new_tokens=60).tokens
+    vocab = torch.arange(0, 64, 2) if reduced else None
+    p = DraftModelProposer(noisy_draft(target4, 0.2, 1), k=k, draft_vocab=vocab)
+    engine = generate(target4, prompt, p, max_new_tokens=60).stats
+    replay = replay_greedy_chain(draft_greedy_matches(p, prompt, plain), k)
+    assert replay.accepted_lengths == engine.accepted_lengths and engine.accepted > 0
