@@ -506,7 +506,7 @@ def small_vocab_model():
 
 
 def _engine_joint_pvalue(model, proposer_factory, sampling, n=2500, steps=3, **kw):
-    from test_engine import exact_joint
+    from support import exact_joint
 
     prompt = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
     v = model.config.vocab_size
