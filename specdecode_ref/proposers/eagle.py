@@ -71,10 +71,11 @@ def additive_mask(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def causal_additive_mask(q_len: int, past_len: int, dtype: torch.dtype, device=None) -> torch.Tensor:
-    """[1, 1, q, past+q]: query i (at position past+i) sees keys 0..past+i (additive)."""
-    rows = torch.arange(q_len, device=device)[:, None] + past_len
-    cols = torch.arange(past_len + q_len, device=device)[None, :]
-    return additive_mask((cols <= rows)[None, None], dtype)
+    """[1, 1, q, past+q]: query i (at position past+i) sees keys 0..past+i (additive form of
+    ``early_exit.causal_mask``)."""
+    from .early_exit import causal_mask
+
+    return additive_mask(causal_mask(q_len, past_len, device), dtype)
 
 
 class EagleHead(torch.nn.Module):
