@@ -198,15 +198,33 @@ def teacher_pass(model, pairs, top_k: int = 20, keep_hidden: bool = True, batch_
 
 
 def build_corpus(model, tokenizer, conversations, *, max_new_tokens: int = 160, batch_size: int = 32,
-                 temperatures=(0.0, 0.7), top_k: int = 20, keep_hidden: bool = True, seed: int = 0) -> Corpus:
+                 temperatures=(0.0, 0.7), top_k: int = 20, keep_hidden: bool = True, seed: int = 0,
+                 checkpoint_dir=None) -> Corpus:
     """Generate answers at each temperature (greedy answers are what greedy drafting faces; sampled
-    ones add variety), then run the teacher pass over all of them."""
+    ones add variety), then run the teacher pass over all of them.
+
+    checkpoint_dir: where each temperature's answers are saved as soon as they exist and reused on a
+    later call with the same settings, so an interrupted run (the generation is most of its half
+    hour) resumes at the pass it stopped in.
+    """
     t0 = time.perf_counter()
     pairs = []
     for n, temp in enumerate(temperatures):
-        pairs += generate_responses(model, tokenizer, conversations, max_new_tokens=max_new_tokens,
-                                    batch_size=batch_size, temperature=temp, seed=seed + n,
-                                    desc=f"answers (T={temp:g})")
+        ckpt = None
+        if checkpoint_dir is not None:
+            ckpt = Path(checkpoint_dir) / (f"answers-T{temp:g}-seed{seed + n}-n{len(conversations)}"
+                                           f"-max{max_new_tokens}.pt")
+        if ckpt is not None and ckpt.exists():
+            part = torch.load(ckpt)
+            print(f"answers (T={temp:g}): {len(part)} reused from {ckpt}")
+        else:
+            part = generate_responses(model, tokenizer, conversations, max_new_tokens=max_new_tokens,
+                                      batch_size=batch_size, temperature=temp, seed=seed + n,
+                                      desc=f"answers (T={temp:g})")
+            if ckpt is not None:
+                ckpt.parent.mkdir(parents=True, exist_ok=True)
+                torch.save(part, ckpt)
+        pairs += part
     t_gen = time.perf_counter() - t0
     corpus = teacher_pass(model, pairs, top_k=top_k, keep_hidden=keep_hidden)
     corpus.meta.update({

@@ -240,8 +240,9 @@ def cmd_data(args) -> None:
     convs = training_conversations()
     if args.limit:
         convs = convs[: args.limit]
+    ckpt = Path(args.corpus).with_suffix(".answers")  # per-temperature answers, reused after an interruption
     corpus = distill.build_corpus(target, tok, convs, max_new_tokens=args.max_new_tokens,
-                                  batch_size=args.batch_size, seed=args.seed)
+                                  batch_size=args.batch_size, seed=args.seed, checkpoint_dir=ckpt)
     path = corpus.save(args.corpus)
     print(json.dumps(corpus.meta, indent=1))
     print(f"wrote {path}")
@@ -272,9 +273,11 @@ def cmd_draft(args) -> None:
     # The frequency-ranked draft vocabulary, from the same corpus (answer tokens only).
     eos = [t for t in {tok.eos_token_id, tok.pad_token_id} if t is not None]
     vocab = frequent_tokens(distill.token_counts(train, target.config.vocab_size), args.vocab_size, always=eos)
-    save_vocab(vocab, DRAFT_VOCAB, {"size": len(vocab), "source": "answer-token counts of the distillation corpus"})
+    # Beside the weights: --out X must not overwrite the shipped vocabulary.
+    vocab_path = DRAFT_VOCAB if args.out is None else out.with_name(out.stem + "-vocab.safetensors")
+    save_vocab(vocab, vocab_path, {"size": len(vocab), "source": "answer-token counts of the distillation corpus"})
     print(json.dumps(result.heldout, indent=1))
-    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB) and {DRAFT_VOCAB.name}")
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB) and {vocab_path.name}")
 
 
 def best_exit(heldout: dict, num_layers: int, k_max: int = 8) -> int:
