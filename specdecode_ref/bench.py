@@ -50,9 +50,9 @@ from .models import chat_ids
 from .proposers import available_proposers, load_proposer
 from .workloads import load_workloads
 
-DEFAULT_METHODS = ("plain", "ngram", "hf", "hf-prompt-lookup")
+DEFAULT_K = 5  # prompt lookup's K when none is given; the default run pairs it with ngram@5
+DEFAULT_METHODS = ("plain", f"ngram@{DEFAULT_K}", "hf", "hf-prompt-lookup")
 REFERENCE = "plain"  # the baseline for speedups and for the token-identity check
-DEFAULT_K = 5  # drafted tokens per step for ngram and prompt lookup unless --k says otherwise
 OVERALL = "overall"  # category label of the all-prompts aggregate rows
 
 # A method: fn(model, input_ids, max_new_tokens, k, **options) -> (token ids, seconds, SpecStats | None)
@@ -239,7 +239,7 @@ def _first_mismatch(a: list, b: list):
 
 
 def run_benchmark(model, tokenizer, methods=DEFAULT_METHODS, workloads: dict | None = None,
-                  max_new_tokens: int = 128, repeats: int = 1, k: int | None = DEFAULT_K, warmup: int = 1,
+                  max_new_tokens: int = 128, repeats: int = 1, k: int | None = None, warmup: int = 1,
                   progress: bool = True, reference: str = REFERENCE, assistant_model=None,
                   method_options: dict | None = None):
     """Time every method on every prompt; return a pandas DataFrame with one row per (prompt, method).
@@ -577,8 +577,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=["fp32", "bf16"], default=None,
                    help="model dtype (default: the model default, bf16 on CPUs with native bf16)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: CUDA when present)")
-    p.add_argument("--k", type=int, default=DEFAULT_K,
-                   help="drafted tokens per step for ngram, prompt lookup and proposers (default: %(default)s)")
+    p.add_argument("--k", type=int, default=None,
+                   help="drafted tokens per step for every speculative method (default: each method's own: "
+                        f"prompt lookup {DEFAULT_K}, proposers their load_proposer default, hf-assisted HF's "
+                        "schedule); NAME@K in --methods sets it for one method")
     p.add_argument("--model", default=None, help="HF id or local path of the target (default: the embedded model)")
     p.add_argument("--assistant-model", default=None, help="draft model (HF id or path) for method hf-assisted; default for the "
                    "embedded target: the shipped distilled draft")

@@ -116,3 +116,18 @@ def test_measure_cost_curve(model_and_tok, tmp_path):
     fig = bench.plot_cost_curve(curve, path=tmp_path / "cost.png")
     assert (tmp_path / "cost.png").stat().st_size > 0 and fig is not None
     assert "T(n)" in bench.format_cost_curve(curve)
+
+
+def test_k_defaults_are_per_method(tiny_model):
+    """Without a K each method keeps its own default (a CPU-tuned draft K must not be overridden by
+    the n-gram's); NAME@K and an explicit k still win."""
+    from specdecode_ref.proposers import _REGISTRY
+
+    assert bench.prepare_method("ngram", tiny_model).k == _REGISTRY["ngram"][1]
+    assert bench.prepare_method("ngram@3", tiny_model).k == 3
+    assert bench.prepare_method("ngram", tiny_model, k=2).k == 2
+    assert bench.prepare_method("ngram@3", tiny_model, k=2).k == 3
+    assert bench._effective_k("hf-prompt-lookup", bench.prepare_method("hf-prompt-lookup", tiny_model)) \
+        == bench.DEFAULT_K
+    assert f"ngram@{bench.DEFAULT_K}" in bench.DEFAULT_METHODS
+    assert bench.build_parser().parse_args([]).k is None
