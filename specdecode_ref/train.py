@@ -16,6 +16,7 @@ and sampled decoding. Training runs in bf16 autocast with fp32 master weights.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import time
 from dataclasses import dataclass, field
@@ -504,44 +505,94 @@ def eagle_batch(corpus: Corpus, idx: list, device="cpu"):
             to(t_logp))
 
 
+def unrolled_mask(q: int, step: int, device=None) -> torch.Tensor:
+    """Boolean [1, 1, q-step+1, keys] for unroll ``step`` >= 2 of training-time test (EAGLE-3's idea).
+
+    Keys are step 1's q entries (real inputs, positions 0..q-1) followed by the entries of steps
+    2..step, step s holding q-s+1 entries (index j at position j+s-1). Query j of this step sits at
+    position j+step-1, as the head's (step)-th drafted token does at inference: it sees the real
+    entries at positions 0..j and, from every unrolled step, its own chain's entry, index j.
+    """
+    rows = q - step + 1
+    j = torch.arange(rows, device=device)[:, None]
+    blocks = [torch.arange(q, device=device)[None] <= j]
+    for s in range(2, step + 1):
+        blocks.append(torch.arange(q - s + 1, device=device)[None] == j)
+    return torch.cat(blocks, dim=1)[None, None]
+
+
 def eagle_loss_fn(target, head, corpus: Corpus, device="cpu", feature_weight: float = 1.0,
-                  token_weight: float = 0.1, parts: dict | None = None):
+                  token_weight: float = 0.1, parts: dict | None = None, unroll: int = 1):
     """EAGLE's loss: feature_weight * smooth-L1(f̂_{t+1}, f_{t+1}) over all positions + token_weight *
     soft cross-entropy of lm_head(f̂_{t+1}) against the target's top-k at answer positions.
-    Agreement: top-1 of lm_head(f̂) vs the target's argmax. ``parts`` (a dict) receives both terms."""
+    Agreement: top-1 of lm_head(f̂) vs the target's argmax. ``parts`` (a dict) receives both terms,
+    and with unroll > 1 the agreement of every step (``agreement_1``, ``agreement_2``, ...).
+
+    unroll > 1 is training-time test: step s feeds the head its own step-(s-1) outputs in place of
+    the real features, as drafting token s does at inference, and adds that step's loss (an average
+    over the steps). Teacher forcing alone never shows the head its own errors, so its later draft
+    positions fall off; this trains it for them. Each extra step costs one more head forward.
+    """
+    from transformers import DynamicCache
+
     from .proposers.early_exit import causal_mask
+
+    if unroll < 1:
+        raise ValueError(f"unroll must be >= 1, got {unroll}")
 
     def loss_fn(idx):
         f_in, tok, f_next, valid, rows, cols, t_ids, t_logp = eagle_batch(corpus, idx, device)
         q = f_in.shape[1]
         pos = torch.arange(q, device=device)[None].expand(f_in.shape[0], -1)
-        out = head(f_in, tok, pos, causal_mask(q, 0, device), target)
-        f_loss = torch.nn.functional.smooth_l1_loss(out[valid].float(), f_next[valid])
-        logits = target.lm_head(out[rows, cols])
-        t_loss = distill.soft_cross_entropy(logits, t_ids, t_logp)
-        if parts is not None:
-            parts["feature"], parts["token"] = float(f_loss), float(t_loss)
-        return feature_weight * f_loss + token_weight * t_loss, distill.agreement(logits.detach(), t_ids)
+        cache = DynamicCache() if unroll > 1 else None
+        out = head(f_in, tok, pos, causal_mask(q, 0, device), target, cache)
+        total, first_agree = 0.0, None
+        for s in range(1, unroll + 1):
+            if s > 1:  # inputs: own previous outputs f̂, next real tokens, one position later
+                if q - s + 1 < 1:
+                    break
+                out = head(out[:, :-1], tok[:, s - 1:], pos[:, s - 1:], unrolled_mask(q, s, device), target, cache)
+            ok = valid[:, s - 1:]
+            f_loss = torch.nn.functional.smooth_l1_loss(out[ok].float(), f_next[:, s - 1:][ok])
+            keep = cols >= s - 1
+            logits = target.lm_head(out[rows[keep], cols[keep] - (s - 1)])
+            t_loss = distill.soft_cross_entropy(logits, t_ids[keep], t_logp[keep])
+            agree = distill.agreement(logits.detach(), t_ids[keep])
+            total = total + feature_weight * f_loss + token_weight * t_loss
+            if parts is not None:
+                parts[f"agreement_{s}"] = agree
+                if s == 1:
+                    parts["feature"], parts["token"] = float(f_loss), float(t_loss)
+            first_agree = agree if first_agree is None else first_agree
+        return total / unroll, first_agree
 
     return loss_fn
 
 
 @torch.no_grad()
 def evaluate_eagle(target, head, corpus: Corpus, batch_tokens: int = 2048, device="cpu",
-                   feature_weight: float = 1.0, token_weight: float = 0.1) -> dict:
-    """Held-out loss, its feature (smooth L1) and token (soft cross-entropy) parts, and top-1 agreement
-    of lm_head(f̂) with the target's argmax, weighted by answer tokens."""
+                   feature_weight: float = 1.0, token_weight: float = 0.1, unroll: int = 2) -> dict:
+    """Held-out loss (step 1), its feature (smooth L1) and token (soft cross-entropy) parts, and top-1
+    agreement of lm_head(f̂) with the target's argmax, weighted by answer tokens; ``agreement_2`` ..
+    is the agreement when the head drafts from its own previous outputs (see ``unroll``)."""
     parts: dict = {}
-    loss_fn = eagle_loss_fn(target, head, corpus, device, feature_weight, token_weight, parts)
+    step1 = eagle_loss_fn(target, head, corpus, device, feature_weight, token_weight, parts)
+    multi = eagle_loss_fn(target, head, corpus, device, feature_weight, token_weight, parts, unroll=unroll) \
+        if unroll > 1 else None
     sums = {"loss": 0.0, "feature_loss": 0.0, "token_loss": 0.0, "agreement": 0.0}
+    sums.update({f"agreement_{s}": 0.0 for s in range(2, unroll + 1)})
     n = 0
     g = torch.Generator().manual_seed(0)
     for idx in distill.iterate_batches(corpus, batch_tokens, g):
         with _autocast(device):
-            loss, a = loss_fn(idx)
+            loss, a = step1(idx)
+            values = {"loss": float(loss), "feature_loss": parts["feature"], "token_loss": parts["token"],
+                      "agreement": a}
+            if multi is not None:
+                multi(idx)
+                values.update({f"agreement_{s}": parts.get(f"agreement_{s}", 0.0) for s in range(2, unroll + 1)})
         m = sum(corpus.ids[i].numel() - corpus.start[i] for i in idx)
-        for key, v in (("loss", float(loss)), ("feature_loss", parts["feature"]), ("token_loss", parts["token"]),
-                       ("agreement", a)):
+        for key, v in values.items():
             sums[key] += v * m
         n += m
     return {**{k: round(v / max(n, 1), 4) for k, v in sums.items()}, "tokens": n}
@@ -549,10 +600,12 @@ def evaluate_eagle(target, head, corpus: Corpus, batch_tokens: int = 2048, devic
 
 def train_eagle(target, corpus: Corpus, *, steps: int = 600, lr: float = 5e-4, batch_tokens: int = 2048,
                 seed: int = 0, holdout: Corpus | None = None, feature_weight: float = 1.0,
-                token_weight: float = 0.1):
+                token_weight: float = 0.1, unroll: int = 1, init=None):
     """Train an EAGLE head by teacher forcing on the corpus' stored features (the target is never run:
     only its embeddings and lm_head are read, frozen). Returns (head, TrainResult); with ``holdout``,
-    ``result.heldout = {"before": ..., "after": ...}`` (evaluate_eagle)."""
+    ``result.heldout = {"before": ..., "after": ...}`` (evaluate_eagle). unroll: training-time test
+    steps (eagle_loss_fn). init: an EagleHead (or weights file) to start from instead of the copy of
+    the target's last layer, e.g. to fine-tune a teacher-forced head with unroll > 1."""
     from .proposers.eagle import build_eagle_head
 
     if corpus.hidden is None:
@@ -562,11 +615,19 @@ def train_eagle(target, corpus: Corpus, *, steps: int = 600, lr: float = 5e-4, b
                          f"{target.config.hidden_size}: they come from another model")
     device = next(target.parameters()).device
     torch.manual_seed(seed)
-    head = build_eagle_head(target).float().train().requires_grad_(True)
+    if init is None:
+        head = build_eagle_head(target)
+    elif isinstance(init, torch.nn.Module):
+        head = copy.deepcopy(init)
+    else:
+        from .proposers.eagle import load_eagle_weights
+        head = load_eagle_weights(target, init)
+    head = head.float().train().requires_grad_(True)
     weights = dict(feature_weight=feature_weight, token_weight=token_weight)
     before = evaluate_eagle(target, head, holdout, batch_tokens, device, **weights) if holdout is not None else {}
-    result = fit(head.parameters(), eagle_loss_fn(target, head, corpus, device, **weights), corpus, steps=steps,
-                 lr=lr, batch_tokens=batch_tokens, seed=seed, desc="EAGLE head", device=device)
+    result = fit(head.parameters(), eagle_loss_fn(target, head, corpus, device, **weights, unroll=unroll), corpus,
+                 steps=steps, lr=lr, batch_tokens=batch_tokens, seed=seed,
+                 desc="EAGLE head" + (f" (unroll {unroll})" if unroll > 1 else ""), device=device)
     head.eval().requires_grad_(False)
     if holdout is not None:
         result.heldout = {"before": before,
@@ -581,11 +642,13 @@ def cmd_eagle(args) -> None:
     target, _ = _load_target("fp32")
     head, result = train_eagle(target, train_c, steps=args.steps, lr=args.lr, batch_tokens=args.batch_tokens,
                                seed=args.seed, holdout=hold, feature_weight=args.feature_weight,
-                               token_weight=args.token_weight)
+                               token_weight=args.token_weight, unroll=args.unroll, init=args.init)
     out = Path(args.out or EAGLE_WEIGHTS)
     after, before = result.heldout["after"], result.heldout["before"]
     meta = {"steps": args.steps, "lr": args.lr, "seed": args.seed, "seconds": round(result.seconds),
-            "feature_weight": args.feature_weight, "token_weight": args.token_weight,
+            "feature_weight": args.feature_weight, "token_weight": args.token_weight, "unroll": args.unroll,
+            "init": Path(args.init).name if args.init else "target's last layer",
+            "heldout_agreement_2": after.get("agreement_2"),
             "feature": "final normed hidden state",
             "heldout_agreement": after["agreement"], "heldout_agreement_before": before["agreement"],
             "heldout": json.dumps(result.heldout)}
@@ -603,6 +666,10 @@ def _add_eagle_parser(sub) -> None:
     p.add_argument("--batch-tokens", type=int, default=2048)
     p.add_argument("--feature-weight", type=float, default=1.0, help="weight of the smooth-L1 feature loss")
     p.add_argument("--token-weight", type=float, default=0.1, help="weight of the soft cross-entropy")
+    p.add_argument("--unroll", type=int, default=1,
+                   help="training-time test: steps in which the head feeds on its own outputs (default 1 = "
+                        "teacher forcing only)")
+    p.add_argument("--init", default=None, help="EAGLE weights file to start from (default: the target's last layer)")
     p.add_argument("--out", default=None, help="weights file (default: the shipped one)")
 
 

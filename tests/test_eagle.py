@@ -274,6 +274,49 @@ def test_eagle_batch_alignment(tiny_corpus):
     assert torch.equal(t_ids[:, 0].long(), c.ids[0][cols + 2])
 
 
+@pytest.mark.parametrize("steps", [2, 3])
+def test_unrolled_training_matches_inference_drafting(target4, steps):
+    """Training-time test must show the head exactly what drafting token s shows it: real entries up
+    to position j, then its own outputs. Each row of the batched unrolled forward (one mask) is
+    checked against the proposer's way: a fresh cache of real inputs, then own outputs one by one."""
+    from transformers import DynamicCache
+
+    from specdecode_ref.proposers.early_exit import causal_mask
+
+    head = noisy(build_eagle_head(target4), 0.3, 1)
+    g = torch.Generator().manual_seed(0)
+    q, H = 9, target4.config.hidden_size
+    f = torch.randn(1, q, H, generator=g)
+    tok = torch.randint(0, 64, (1, q), generator=g)
+    pos = torch.arange(q)[None]
+    with torch.no_grad():
+        cache = DynamicCache()
+        outs = [head(f, tok, pos, causal_mask(q, 0), target4, cache)]
+        for s in range(2, steps + 1):
+            outs.append(head(outs[-1][:, :-1], tok[:, s - 1:], pos[:, s - 1:], train.unrolled_mask(q, s), target4,
+                             cache))
+        for j in range(q - steps + 1):
+            c = DynamicCache()
+            out = head(f[:, : j + 1], tok[:, : j + 1], pos[:, : j + 1], causal_mask(j + 1, 0), target4, c)[:, -1:]
+            for s in range(2, steps + 1):  # drafted token s: own previous output, next real token
+                out = head(out, tok[:, j + s - 1: j + s], pos[:, j + s - 1: j + s], None, target4, c)
+                torch.testing.assert_close(outs[s - 1][:, j], out[:, 0], atol=1e-5, rtol=1e-4)
+    m = train.unrolled_mask(5, 3)[0, 0]
+    assert m.shape == (3, 5 + 4 + 3) and int(m[1, :5].sum()) == 2 and m[1, 5 + 1] and m[1, 9 + 1]
+    with pytest.raises(ValueError, match="unroll"):
+        train.eagle_loss_fn(target4, head, None, unroll=0)
+
+
+def test_unrolled_training_reports_every_step(target4, tiny_corpus):
+    train_c, hold = tiny_corpus.split(0.2, seed=0)
+    head, res = train.train_eagle(target4, train_c, steps=6, lr=3e-3, batch_tokens=256, holdout=hold, unroll=2)
+    after = res.heldout["after"]
+    assert 0.0 <= after["agreement_2"] <= 1.0 and after["tokens"] > 0
+    # fine-tuning starts from the given head, not from the target's last layer
+    again, res2 = train.train_eagle(target4, train_c, steps=1, lr=0.0, batch_tokens=256, holdout=hold, init=head)
+    assert res2.heldout["before"]["loss"] == pytest.approx(after["loss"], rel=1e-4)
+
+
 def test_eagle_training_needs_hidden_states(target4, tiny_corpus):
     no_hidden = distill.Corpus(tiny_corpus.ids, tiny_corpus.start, tiny_corpus.topk_ids, tiny_corpus.topk_logp)
     with pytest.raises(ValueError, match="hidden"):
