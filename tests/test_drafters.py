@@ -111,6 +111,51 @@ def test_draft_model_planted_bug_wrong_q_is_caught(small_vocab):
     assert p < 1e-6
 
 
+def padded_draft(target, rows, seed=0):
+    """A draft from the target's family whose embedding matrix is padded to ``rows`` rows (as
+    Qwen2.5-0.5B's is to 151,936 against 7B's 152,064), with padding rows the argmax would love."""
+    draft = copy.deepcopy(noisy_draft(target, 0.5, seed, (0, 1)))
+    draft.resize_token_embeddings(rows, mean_resizing=False)
+    n = target.config.vocab_size
+    with torch.no_grad():
+        head = draft.get_output_embeddings().weight
+        head[n:] = head[:n].mean(0) * 50  # a bug that drafted padding ids would show at once
+    return draft
+
+
+@pytest.mark.parametrize("rows", [72, 60])
+def test_padded_vocabulary_needs_shared_tokens(target4, rows):
+    draft = padded_draft(target4, rows)
+    with pytest.raises(ValueError, match="shared_tokens"):
+        generate(target4, torch.tensor([1, 2, 3]), DraftModelProposer(draft, k=2), max_new_tokens=4)
+    with pytest.raises(ValueError, match="shared_tokens=99"):
+        generate(target4, torch.tensor([1, 2, 3]), DraftModelProposer(draft, k=2, shared_tokens=99), max_new_tokens=4)
+
+
+def test_padded_vocabulary_greedy_exact(target4):
+    """Draft with 72 rows, target with 64, ids < 56 shared: greedy output stays the target's and no
+    draft ever proposes a padding id."""
+    prompt = torch.tensor([5, 9, 2, 33, 7])
+    ref = autoregressive_generate(target4, prompt, max_new_tokens=60).tokens
+    for rows, shared in ((72, 64), (72, 56)):
+        p = DraftModelProposer(padded_draft(target4, rows), k=3, shared_tokens=shared)
+        drafted = []
+        orig = p.propose
+        p.propose = lambda state: drafted.append(orig(state)) or drafted[-1]
+        out = generate(target4, prompt, p, max_new_tokens=60)
+        assert torch.equal(out.tokens, ref)
+        assert all(int(d.tokens.max()) < shared for d in drafted)
+        assert out.stats.accepted > 0
+
+
+def test_padded_vocabulary_sampling_follows_target(small_vocab):
+    draft = padded_draft(small_vocab, 9)
+    prompt = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
+    pv = sampled_joint_pvalue(small_vocab, prompt, lambda: DraftModelProposer(draft, k=2, shared_tokens=6),
+                              SamplingParams(temperature=1.0))
+    assert pv > 1e-3
+
+
 def test_vocabulary_mismatch_is_a_clear_error(target4):
     other = make_tiny_llama(vocab_size=32, seed=1)
     with pytest.raises(ValueError, match="vocabulary"):
@@ -229,6 +274,26 @@ def test_teacher_pass_shapes(tiny_corpus, target4):
     assert torch.equal(top.indices.int(), c.topk_ids[i])
     # the answers are the target's greedy tokens, so the top-1 id is the next answer token
     assert torch.equal(c.topk_ids[i][:, 0].long(), c.ids[i][c.start[i]:])
+
+
+def test_build_corpus_resumes_from_saved_answers(target4, tmp_path, monkeypatch):
+    """An interrupted ``train data`` must not regenerate answers it already has: the second call
+    generates nothing and gives the same corpus."""
+    g = torch.Generator().manual_seed(1)
+    calls = []
+
+    def fake_generate(model, tokenizer, conversations, temperature=0.0, **kw):
+        calls.append(temperature)
+        return [(torch.randint(0, 64, (5,), generator=g), torch.randint(0, 64, (7,), generator=g))
+                for _ in conversations]
+
+    monkeypatch.setattr(distill, "generate_responses", fake_generate)
+    convs = [[{"role": "user", "content": str(i)}] for i in range(3)]
+    first = distill.build_corpus(target4, None, convs, top_k=4, checkpoint_dir=tmp_path)
+    assert calls == [0.0, 0.7] and len(list(tmp_path.glob("answers-*.pt"))) == 2
+    second = distill.build_corpus(target4, None, convs, top_k=4, checkpoint_dir=tmp_path)
+    assert calls == [0.0, 0.7]  # nothing regenerated
+    assert all(torch.equal(a, b) for a, b in zip(first.ids, second.ids)) and len(first) == len(second) == 6
 
 
 def mean(xs):

@@ -40,16 +40,42 @@ def vocab_size_of(model) -> int:
     return int(model.get_input_embeddings().weight.shape[0])
 
 
-def check_same_vocabulary(target, draft, what: str = "draft model") -> None:
-    """Speculative decoding compares token ids: both models must use the same vocabulary."""
-    vt = getattr(target.config, "vocab_size", None)
-    vd = getattr(draft.config, "vocab_size", None)
-    if vt != vd or vocab_size_of(target) != vocab_size_of(draft):
-        raise ValueError(
-            f"the {what} has a vocabulary of {vd} tokens (embeddings {vocab_size_of(draft)}) but the target has "
-            f"{vt} (embeddings {vocab_size_of(target)}): draft and target must share one tokenizer. "
-            "Pick a draft from the same model family (e.g. SmolLM2-135M for SmolLM2-1.7B, "
-            "Qwen2.5-0.5B for Qwen2.5-7B)")
+def check_same_vocabulary(target, draft, what: str = "draft model", shared_tokens: int | None = None) -> None:
+    """Speculative decoding compares token ids: both models must use the same vocabulary.
+
+    Some families pad their embedding matrices to different sizes (Qwen2.5-0.5B has 151,936 rows,
+    Qwen2.5-7B 152,064, for one tokenizer of 151,665 tokens). ``shared_tokens`` (e.g.
+    ``len(tokenizer)``) says ids below it mean the same token in both; the rows above are padding
+    that the proposer then never drafts.
+    """
+    vt, vd = vocab_size_of(target), vocab_size_of(draft)
+    if shared_tokens is not None:
+        if not 0 < shared_tokens <= min(vt, vd):
+            raise ValueError(f"shared_tokens={shared_tokens} must be in [1, {min(vt, vd)}]: the target has "
+                             f"{vt} embedding rows and the {what} {vd}")
+        return
+    ct, cd = getattr(target.config, "vocab_size", None), getattr(draft.config, "vocab_size", None)
+    if ct == cd and vt == vd:
+        return
+    hint = ""
+    if getattr(target.config, "model_type", None) == getattr(draft.config, "model_type", 0):
+        hint = (" If both come from one model family whose embeddings are padded to different sizes "
+                "(e.g. Qwen2.5-0.5B with Qwen2.5-7B), pass shared_tokens=len(tokenizer).")
+    raise ValueError(
+        f"the {what} has a vocabulary of {cd} tokens (embeddings {vd}) but the target has "
+        f"{ct} (embeddings {vt}): draft and target must share one tokenizer. Pick a draft from the "
+        f"same model family (e.g. SmolLM2-135M for SmolLM2-1.7B).{hint}")
+
+
+def fit_logits(logits: torch.Tensor, target_size: int, shared_tokens: int | None) -> torch.Tensor:
+    """The draft's logits over the target's ids: padding rows (ids >= shared_tokens) get -inf, and
+    the vector is cropped or -inf-padded to the target's size, so q and p line up id for id."""
+    if shared_tokens is None and logits.shape[-1] == target_size:
+        return logits
+    n = min(logits.shape[-1], target_size) if shared_tokens is None else shared_tokens
+    out = logits.new_full((*logits.shape[:-1], target_size), float("-inf"))
+    out[..., :n] = logits[..., :n]
+    return out
 
 
 def is_embedded_target(target) -> bool:
@@ -148,16 +174,22 @@ class DraftModelProposer(Proposer):
 
     name = "draft"
 
-    def __init__(self, draft_model, k: int = 4, draft_vocab: torch.Tensor | None = None):
+    def __init__(self, draft_model, k: int = 4, draft_vocab: torch.Tensor | None = None,
+                 shared_tokens: int | None = None):
         super().__init__(k)
         self.model = draft_model
         self.cache = None
         self.head = None
+        self.shared_tokens = shared_tokens
+        self.target_size = vocab_size_of(draft_model)
         if draft_vocab is not None:
+            if shared_tokens is not None and int(draft_vocab.max()) >= shared_tokens:
+                raise ValueError(f"draft_vocab holds ids >= shared_tokens={shared_tokens} (padding rows)")
             self.head = VocabHead(draft_model.get_output_embeddings().weight, draft_vocab)
 
     def check_compatible(self, target) -> None:
-        check_same_vocabulary(target, self.model)
+        check_same_vocabulary(target, self.model, shared_tokens=self.shared_tokens)
+        self.target_size = vocab_size_of(target)
         dt, dd = next(target.parameters()).device, next(self.model.parameters()).device
         if dt != dd:
             raise ValueError(f"the draft model is on {dd} but the target is on {dt}; move them to one device")
@@ -171,7 +203,7 @@ class DraftModelProposer(Proposer):
         if self.head is None:
             out = self.model(input_ids=x, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
             self.cache = out.past_key_values
-            return out.logits[0, -1]
+            return fit_logits(out.logits[0, -1], self.target_size, self.shared_tokens)
         out = self.model.model(input_ids=x, past_key_values=self.cache, use_cache=True)
         self.cache = out.past_key_values
         return self.head.logits(out.last_hidden_state[0, -1])
@@ -181,7 +213,7 @@ class DraftModelProposer(Proposer):
         if state.sampling.is_greedy:
             index = int(logits.argmax())
             return (index if self.head is None else int(self.head.ids[index])), None
-        full = logits if self.head is None else self.head.full_logits(logits)
+        full = logits if self.head is None else fit_logits(self.head.full_logits(logits), self.target_size, None)
         q = logits_to_probs(full.float(), state.sampling)
         tok = int(torch.multinomial(q, 1, generator=state.generator))
         return tok, q
@@ -190,6 +222,9 @@ class DraftModelProposer(Proposer):
         if self.cache is None:
             raise RuntimeError("propose() before begin(): the engine calls begin() once per request")
         pending = state.token_list[kv.cache_len(self.cache):]
+        if self.shared_tokens is not None and max(pending) >= vocab_size_of(self.model):
+            raise ValueError(f"the target produced id {max(pending)}, a row the draft's padded vocabulary "
+                             f"({vocab_size_of(self.model)} rows) does not have")
         logits = self._logits(pending)
         tokens, probs = [], []
         for i in range(self.k):
