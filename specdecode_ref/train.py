@@ -205,7 +205,7 @@ def train_early_exit(target, corpus: Corpus, *, exits=(6, 10, 14), steps: int = 
 
 # ---- files -------------------------------------------------------------------------------------------
 
-def save_curve(result: TrainResult, path: Path, title: str) -> None:
+def save_curve(result: TrainResult, path: Path, title: str, ylabel: str = "soft cross-entropy (nats)") -> None:
     """The loss curve as JSON (the numbers) and PNG (the picture)."""
     path.with_suffix(".json").write_text(json.dumps(result.to_json(), indent=1))
     import matplotlib
@@ -219,8 +219,10 @@ def save_curve(result: TrainResult, path: Path, title: str) -> None:
               for i in range(len(result.losses))]
     ax.plot(result.losses, alpha=0.3, lw=0.8, label="per step")
     ax.plot(smooth, lw=1.8, label=f"moving mean ({w} steps)")
+    if result.heldout.get("stage_2_starts_at_step"):
+        ax.axvline(result.heldout["stage_2_starts_at_step"], color="k", ls=":", lw=1, label="stage 2 starts")
     ax.set_xlabel("step")
-    ax.set_ylabel("soft cross-entropy (nats)")
+    ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     ax.legend()
     fig.tight_layout()
@@ -635,40 +637,72 @@ def train_eagle(target, corpus: Corpus, *, steps: int = 600, lr: float = 5e-4, b
     return head, result
 
 
+def combine_stages(first: TrainResult, second: TrainResult) -> TrainResult:
+    """One record for a two-stage run: curves end to end, held-out figures before, between, after."""
+    out = TrainResult(losses=first.losses + second.losses, agreement=first.agreement + second.agreement,
+                      seconds=first.seconds + second.seconds, steps=first.steps + second.steps)
+    out.heldout = {"before": first.heldout.get("before", {}), "after_stage_1": second.heldout.get("before", {}),
+                   "after": second.heldout.get("after", {}), "stage_2_starts_at_step": first.steps}
+    return out
+
+
+def write_eagle(head, result: TrainResult, out: Path, settings: dict) -> None:
+    """Save the head with its settings and held-out figures in the metadata, and its loss curve."""
+    from .proposers.eagle import save_eagle
+
+    after, before = result.heldout["after"], result.heldout["before"]
+    meta = {**settings, "seconds": round(result.seconds), "feature": "final normed hidden state",
+            "heldout_agreement": after["agreement"], "heldout_agreement_before": before["agreement"],
+            "heldout_agreement_2": after.get("agreement_2"), "heldout": json.dumps(result.heldout)}
+    save_eagle(head, out, meta)
+    stage2 = result.heldout.get("stage_2_starts_at_step")
+    title = "EAGLE head: smooth-L1 + {:g} x soft CE".format(settings["token_weight"])
+    if stage2:
+        title += f"\nstage 2 from step {stage2}: training-time test, mean over {settings['unroll']} steps"
+    save_curve(result, out.with_name(out.stem + "-loss"), title, ylabel="loss")
+
+
 def cmd_eagle(args) -> None:
-    from .proposers.eagle import EAGLE_WEIGHTS, save_eagle
+    """Stage 1: teacher forcing from the copy of the target's last layer (or --init). Stage 2 (when
+    --unroll > 1 and --unroll-steps > 0): training-time test, fine-tuning the stage-1 head on its own
+    outputs. The shipped head is both stages with the defaults."""
+    from .proposers.eagle import EAGLE_WEIGHTS
 
     train_c, hold = _corpus(args)
     target, _ = _load_target("fp32")
-    head, result = train_eagle(target, train_c, steps=args.steps, lr=args.lr, batch_tokens=args.batch_tokens,
-                               seed=args.seed, holdout=hold, feature_weight=args.feature_weight,
-                               token_weight=args.token_weight, unroll=args.unroll, init=args.init)
+    common = dict(batch_tokens=args.batch_tokens, seed=args.seed, holdout=hold, feature_weight=args.feature_weight,
+                  token_weight=args.token_weight)
+    head, result = train_eagle(target, train_c, steps=args.steps, lr=args.lr, init=args.init, **common)
+    settings = {"steps": args.steps, "lr": args.lr, "seed": args.seed, "feature_weight": args.feature_weight,
+                "token_weight": args.token_weight, "unroll": 1,
+                "init": Path(args.init).name if args.init else "target's last layer"}
+    if args.unroll > 1 and args.unroll_steps > 0:
+        # The same bf16 rounding a saved stage-1 file has, so a stage 2 run with --init on that file
+        # starts from the very same weights.
+        start = copy.deepcopy(head).to(torch.bfloat16).float()
+        head, second = train_eagle(target, train_c, steps=args.unroll_steps, lr=args.unroll_lr, init=start,
+                                   unroll=args.unroll, **common)
+        result = combine_stages(result, second)
+        settings.update(unroll=args.unroll, unroll_steps=args.unroll_steps, unroll_lr=args.unroll_lr)
     out = Path(args.out or EAGLE_WEIGHTS)
-    after, before = result.heldout["after"], result.heldout["before"]
-    meta = {"steps": args.steps, "lr": args.lr, "seed": args.seed, "seconds": round(result.seconds),
-            "feature_weight": args.feature_weight, "token_weight": args.token_weight, "unroll": args.unroll,
-            "init": Path(args.init).name if args.init else "target's last layer",
-            "heldout_agreement_2": after.get("agreement_2"),
-            "feature": "final normed hidden state",
-            "heldout_agreement": after["agreement"], "heldout_agreement_before": before["agreement"],
-            "heldout": json.dumps(result.heldout)}
-    save_eagle(head, out, meta)
-    save_curve(result, out.with_name(out.stem + "-loss"),
-               f"EAGLE head: smooth-L1 + {args.token_weight:g} x soft CE ({args.steps} steps)")
+    write_eagle(head, result, out, settings)
     print(json.dumps(result.heldout, indent=1))
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB) and its loss curve")
 
 
 def _add_eagle_parser(sub) -> None:
     p = sub.add_parser("eagle", help="train the EAGLE head on the corpus' features (target frozen)")
-    p.add_argument("--steps", type=int, default=600)
-    p.add_argument("--lr", type=float, default=5e-4)
+    p.add_argument("--steps", type=int, default=2400, help="stage 1, teacher forcing (default: %(default)s)")
+    p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--batch-tokens", type=int, default=2048)
     p.add_argument("--feature-weight", type=float, default=1.0, help="weight of the smooth-L1 feature loss")
-    p.add_argument("--token-weight", type=float, default=0.1, help="weight of the soft cross-entropy")
-    p.add_argument("--unroll", type=int, default=1,
-                   help="training-time test: steps in which the head feeds on its own outputs (default 1 = "
-                        "teacher forcing only)")
+    p.add_argument("--token-weight", type=float, default=1.0,
+                   help="weight of the soft cross-entropy (EAGLE's paper: 0.1; 1.0 measured better here)")
+    p.add_argument("--unroll", type=int, default=3,
+                   help="stage 2, training-time test: steps in which the head feeds on its own outputs "
+                        "(1 = no stage 2)")
+    p.add_argument("--unroll-steps", type=int, default=500, help="stage 2 steps (default: %(default)s)")
+    p.add_argument("--unroll-lr", type=float, default=3e-4)
     p.add_argument("--init", default=None, help="EAGLE weights file to start from (default: the target's last layer)")
     p.add_argument("--out", default=None, help="weights file (default: the shipped one)")
 

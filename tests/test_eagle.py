@@ -1,6 +1,7 @@
 """EAGLE on tiny random Llamas: greedy exactness (chain and tree), the head cache after every step,
 the dynamic tree against a sequential oracle, the sampling law, training and save/load."""
 import copy
+import json
 
 import pytest
 import torch
@@ -376,8 +377,16 @@ def test_eagle_cli_writes_weights_and_curve(target4, tiny_corpus, tmp_path, monk
     corpus_path = tiny_corpus.save(tmp_path / "corpus.pt")
     monkeypatch.setattr(train, "_load_target", lambda dtype="fp32": (target4, None))
     out = tmp_path / "eagle.safetensors"
-    train.main(["--corpus", str(corpus_path), "eagle", "--steps", "3", "--batch-tokens", "256", "--out", str(out)])
+    train.main(["--corpus", str(corpus_path), "eagle", "--steps", "3", "--unroll-steps", "2", "--batch-tokens", "256",
+                "--out", str(out)])
     meta = eagle.eagle_metadata(out)
     assert meta["steps"] == "3" and 0.0 <= float(meta["heldout_agreement"]) <= 1.0
-    assert (tmp_path / "eagle-loss.json").exists() and (tmp_path / "eagle-loss.png").exists()
+    # both stages: teacher forcing, then training-time test from the stage-1 head
+    held = json.loads(meta["heldout"])
+    assert meta["unroll"] == "3" and held["stage_2_starts_at_step"] == 3 and "agreement_2" in held["after_stage_1"]
+    assert json.loads((tmp_path / "eagle-loss.json").read_text())["steps"] == 5
+    assert (tmp_path / "eagle-loss.png").exists()
     eagle.load_eagle_weights(target4, out)
+    train.main(["--corpus", str(corpus_path), "eagle", "--steps", "2", "--unroll", "1", "--batch-tokens", "256",
+                "--out", str(out)])
+    assert "after_stage_1" not in json.loads(eagle.eagle_metadata(out)["heldout"])
