@@ -548,7 +548,7 @@ def eagle_loss_fn(target, head, corpus: Corpus, device="cpu", feature_weight: fl
         pos = torch.arange(q, device=device)[None].expand(f_in.shape[0], -1)
         cache = DynamicCache() if unroll > 1 else None
         out = head(f_in, tok, pos, causal_mask(q, 0, device), target, cache)
-        total, first_agree = 0.0, None
+        total, agree_1 = 0.0, None
         for s in range(1, unroll + 1):
             if s > 1:  # inputs: own previous outputs f̂, next real tokens, one position later
                 if q - s + 1 < 1:
@@ -561,12 +561,13 @@ def eagle_loss_fn(target, head, corpus: Corpus, device="cpu", feature_weight: fl
             t_loss = distill.soft_cross_entropy(logits, t_ids[keep], t_logp[keep])
             agree = distill.agreement(logits.detach(), t_ids[keep])
             total = total + feature_weight * f_loss + token_weight * t_loss
+            if s == 1:
+                agree_1 = agree
+                if parts is not None:
+                    parts["feature"], parts["token"] = float(f_loss), float(t_loss)
             if parts is not None:
                 parts[f"agreement_{s}"] = agree
-                if s == 1:
-                    parts["feature"], parts["token"] = float(f_loss), float(t_loss)
-            first_agree = agree if first_agree is None else first_agree
-        return total / unroll, first_agree
+        return total / unroll, agree_1
 
     return loss_fn
 
@@ -578,21 +579,18 @@ def evaluate_eagle(target, head, corpus: Corpus, batch_tokens: int = 2048, devic
     agreement of lm_head(f̂) with the target's argmax, weighted by answer tokens; ``agreement_2`` ..
     is the agreement when the head drafts from its own previous outputs (see ``unroll``)."""
     parts: dict = {}
-    step1 = eagle_loss_fn(target, head, corpus, device, feature_weight, token_weight, parts)
-    multi = eagle_loss_fn(target, head, corpus, device, feature_weight, token_weight, parts, unroll=unroll) \
-        if unroll > 1 else None
+    # One unrolled pass gives every step; the reported loss is step 1's, rebuilt from its two parts.
+    loss_fn = eagle_loss_fn(target, head, corpus, device, feature_weight, token_weight, parts, unroll=unroll)
     sums = {"loss": 0.0, "feature_loss": 0.0, "token_loss": 0.0, "agreement": 0.0}
     sums.update({f"agreement_{s}": 0.0 for s in range(2, unroll + 1)})
     n = 0
     g = torch.Generator().manual_seed(0)
     for idx in distill.iterate_batches(corpus, batch_tokens, g):
         with _autocast(device):
-            loss, a = step1(idx)
-            values = {"loss": float(loss), "feature_loss": parts["feature"], "token_loss": parts["token"],
-                      "agreement": a}
-            if multi is not None:
-                multi(idx)
-                values.update({f"agreement_{s}": parts.get(f"agreement_{s}", 0.0) for s in range(2, unroll + 1)})
+            _, a = loss_fn(idx)
+        values = {"loss": feature_weight * parts["feature"] + token_weight * parts["token"],
+                  "feature_loss": parts["feature"], "token_loss": parts["token"], "agreement": a}
+        values.update({f"agreement_{s}": parts.get(f"agreement_{s}", 0.0) for s in range(2, unroll + 1)})
         m = sum(corpus.ids[i].numel() - corpus.start[i] for i in idx)
         for key, v in values.items():
             sums[key] += v * m
