@@ -32,10 +32,10 @@ test: setup
 	$(PY) -m pytest
 
 test-fast: setup
-	$(PY) -m pytest tests -k "not embedded"
+	$(PY) -m pytest tests -m "not embedded"
 
 bench: setup
-	$(PY) -m specdecode_ref.bench
+	$(PY) -m specdecode_ref.measure.bench
 
 clean-model:
 	rm -rf $${SPECDECODE_CACHE:-$$HOME/.cache/specdecode}

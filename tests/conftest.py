@@ -1,4 +1,10 @@
-"""Shared fixtures: a tiny random Llama (fast unit tests) and the embedded model in fp32."""
+"""Shared fixtures: a tiny random Llama (fast unit tests) and the embedded model in fp32.
+
+Every test that uses the real model carries the ``embedded`` marker, so ``pytest -m "not embedded"``
+(``make test-fast``) runs the unit tests alone. Tests that take the ``embedded`` fixture are marked
+here; tests that load the model in a fixture of their own add
+it to REAL_MODEL_FIXTURES or say ``@pytest.mark.embedded`` themselves.
+"""
 from __future__ import annotations
 
 import pytest
@@ -17,3 +23,13 @@ def embedded():
 
     model, tokenizer = load_model(dtype="fp32", device="cpu")
     return model, tokenizer
+
+
+# Fixtures that load the real model (fixturenames is transitive: a fixture built on these counts).
+REAL_MODEL_FIXTURES = {"embedded", "model_and_tok"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if REAL_MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.embedded)

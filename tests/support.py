@@ -12,7 +12,7 @@ import torch
 
 from specdecode_ref.engine import generate
 from specdecode_ref.sampling import logits_to_probs
-from specdecode_ref.stats import chi_square_test
+from specdecode_ref.measure.stats import chi_square_test
 
 
 def make_tiny_llama(vocab_size: int = 64, seed: int = 0, sharpness: float = 1.0, layers: int = 2,

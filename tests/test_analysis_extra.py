@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from specdecode_ref import generate
-from specdecode_ref.adaptive import FixedK
+from specdecode_ref.proposers.adaptive import FixedK
 from specdecode_ref.analysis import (alpha_from_tau, conditional_position_rates, estimate_alpha,
                                      expected_accepted_per_step, expected_speedup,
                                      expected_speedup_from_position_rates, expected_tokens_bonus_counted_twice,

@@ -7,7 +7,7 @@ from support import chi2_pvalue
 from specdecode_ref import SamplingParams, autoregressive_generate, chat_ids, generate
 from specdecode_ref.proposers import load_proposer
 from specdecode_ref.sampling import logits_to_probs
-from specdecode_ref.workloads import load_workloads
+from specdecode_ref.measure.workloads import load_workloads
 
 CATEGORIES = ["summarization", "code", "qa", "rag_qa", "multi_turn"]
 

@@ -5,7 +5,7 @@ import torch
 
 from specdecode_ref import autoregressive_generate, generate, models
 from specdecode_ref.proposers import NgramProposer
-from specdecode_ref.viz import tokens_ansi, tokens_html
+from specdecode_ref.measure.viz import tokens_ansi, tokens_html
 
 
 def test_missing_embedded_package_names_the_install_command(monkeypatch):

@@ -18,7 +18,7 @@ def _ngram(target, k, **kwargs):
 
 def _shipped_vocab(reduced_vocab: bool):
     from .draft_model import DRAFT_VOCAB
-    from ..draft_vocab import load_vocab
+    from .vocab import load_vocab
 
     return load_vocab(DRAFT_VOCAB) if reduced_vocab else None
 

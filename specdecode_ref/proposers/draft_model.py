@@ -11,7 +11,7 @@ computed them on exactly the tokens that were committed.
 
 The embedded draft for SmolLM2-135M is four decoder layers initialised from the target's first four
 layers, sharing the target's embeddings and (tied) lm_head, then distilled on the target's own
-answers (``python -m specdecode_ref.train draft``). Only its layers and final norm are shipped.
+answers (``python -m specdecode_ref.training draft``). Only its layers and final norm are shipped.
 (Of the initialisations tried -- layers 0-3, 0-2 + 29, 0-1 + 28-29, 0/10/20/29 -- the first four
 layers start at the lowest held-out loss, 16.2 nats against 17.1-31.5.)
 """
@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from .. import kv
-from ..draft_vocab import VocabHead
+from .vocab import VocabHead
 from ..sampling import logits_to_probs
 from .base import DecodeState, Draft, Proposer, StepOutcome
 
@@ -150,7 +150,7 @@ def load_draft_model(target, path=DRAFT_WEIGHTS):
     _require_embedded(target, "draft model")
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing; train it with `python -m specdecode_ref.train draft`")
+        raise FileNotFoundError(f"{path} is missing; train it with `python -m specdecode_ref.training draft`")
     meta = weights_metadata(path)
     draft = build_draft_model(target, json.loads(meta["init_layers"]))
     param = next(target.parameters())

@@ -41,7 +41,7 @@ parents). One head forward per level scores all expanded nodes at once with a tr
 over the head's own cache (trees.py). Tree candidates are deterministic top-k, so ``probs`` is
 None: the engine's multi-candidate verification stays lossless with one-hot q.
 
-Train the head with ``python -m specdecode_ref.train eagle`` (teacher forcing on the distillation
+Train the head with ``python -m specdecode_ref.training eagle`` (teacher forcing on the distillation
 corpus: no target forward is needed, the corpus holds the features).
 
 Counterparts: SafeAILab/EAGLE ``eagle/model/cnets.py`` (the head, ``topK_genrate``: the dynamic
@@ -56,7 +56,7 @@ from pathlib import Path
 import torch
 
 from .. import kv, trees
-from ..draft_vocab import VocabHead
+from .vocab import VocabHead
 from ..sampling import logits_to_probs
 from .base import DecodeState, Draft, Proposer, StepOutcome
 from .draft_model import WEIGHTS_DIR, _require_embedded, weights_metadata
@@ -153,7 +153,7 @@ def load_eagle_head(target, path=EAGLE_WEIGHTS) -> EagleHead:
     _require_embedded(target, "EAGLE head")
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing; train it with `python -m specdecode_ref.train eagle`")
+        raise FileNotFoundError(f"{path} is missing; train it with `python -m specdecode_ref.training eagle`")
     return load_eagle_weights(target, path)
 
 
@@ -348,7 +348,7 @@ def load_eagle_proposer(target, k: int | None = None, tree: bool = False, reduce
     default k = 16 nodes, depth 5, beam 4, branch 4). reduced_vocab drafts among the shipped 8,192
     most frequent answer tokens."""
     from .draft_model import DRAFT_VOCAB
-    from ..draft_vocab import load_vocab
+    from .vocab import load_vocab
 
     head = load_eagle_head(target, path)
     if k is None:

@@ -5,7 +5,7 @@ layer, initialised as a copy of the target's last layer), then the target's fina
 Without the adapter, the residual stream at layer L of SmolLM2 agrees with the final argmax only 4-13 %
 of the time (notebook 06), which is why LayerSkip (Elhoushi et al., 2024) trains the model itself for
 early exit; here the target stays frozen and only the adapter learns
-(``python -m specdecode_ref.train early-exit``).
+(``python -m specdecode_ref.training early-exit``).
 
 KV reuse (the LayerSkip idea). Draft and target share one KV cache. While drafting, layers 0..L-1
 write the drafted tokens' keys and values into the target's own cache and the proposer keeps their
@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from .. import kv
-from ..draft_vocab import VocabHead
+from .vocab import VocabHead
 from ..sampling import logits_to_probs
 from .base import DecodeState, Draft, Proposer, StepOutcome
 from .draft_model import WEIGHTS_DIR, _require_embedded
@@ -107,7 +107,7 @@ def load_adapter(target, exit_layer: int | None = None, path=EXIT_WEIGHTS) -> Ex
     _require_embedded(target, "exit adapter")
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing; train it with `python -m specdecode_ref.train early-exit`")
+        raise FileNotFoundError(f"{path} is missing; train it with `python -m specdecode_ref.training early-exit`")
     exits = shipped_exits(path)
     exit_layer = exits[0] if exit_layer is None else int(exit_layer)
     if exit_layer not in exits:

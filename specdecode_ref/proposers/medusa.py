@@ -5,7 +5,7 @@ small *heads* that read the same hidden state and guess the tokens after that: h
 ahead, head 1 three places ahead, and so on. They cost almost nothing to run (no extra layers over
 the sequence, no cache), and their guesses become a chain or a candidate *tree* that the target
 verifies in one forward (trees.py). Medusa-1 keeps the target frozen and trains only the heads
-(``python -m specdecode_ref.train medusa``), on the target's own answers: cheap, because the
+(``python -m specdecode_ref.training medusa``), on the target's own answers: cheap, because the
 feature is stored in the distillation corpus (distill.py) and no target forward is needed.
 
 **A head.** As in FasterDecoding/Medusa (``medusa/model/medusa_model.py``): a stack of
@@ -57,7 +57,7 @@ from pathlib import Path
 import torch
 
 from .. import trees
-from ..draft_vocab import VocabHead
+from .vocab import VocabHead
 from .base import DecodeState, Draft, Proposer, StepOutcome
 from .draft_model import WEIGHTS_DIR, _require_embedded, weights_metadata
 
@@ -192,7 +192,7 @@ def load_medusa_heads(target, path=MEDUSA_WEIGHTS) -> MedusaHeads:
     if path.resolve() == MEDUSA_WEIGHTS.resolve():
         _require_embedded(target, "Medusa heads")
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing; train it with `python -m specdecode_ref.train medusa`")
+        raise FileNotFoundError(f"{path} is missing; train it with `python -m specdecode_ref.training medusa`")
     meta = medusa_metadata(path)
     hidden = int(meta["hidden_size"])
     if hidden != target.config.hidden_size or \
@@ -302,7 +302,7 @@ def load_medusa_proposer(target, k: int = DEFAULT_TREE_NODES, tree: bool = True,
     heads = load_medusa_heads(target, path)
     vocab = None
     if reduced_vocab:
-        from ..draft_vocab import load_vocab
+        from .vocab import load_vocab
         from .draft_model import DRAFT_VOCAB
 
         vocab = load_vocab(DRAFT_VOCAB)

@@ -8,7 +8,7 @@ import torch
 
 from specdecode_ref import autoregressive_generate, generate
 from specdecode_ref.engine import ACCEPTED, BONUS, RECOVERED, TARGET
-from specdecode_ref.ngram_analysis import (GROUNDED, OPEN, Match, find_match, items_from_benchmark,
+from specdecode_ref.measure.ngram_analysis import (GROUNDED, OPEN, Match, find_match, items_from_benchmark,
                                            replay_greedy, run_ablation, steps_frame, workload_kind)
 from specdecode_ref.proposers import NgramProposer
 

@@ -7,7 +7,7 @@ import torch
 
 from support import make_tiny_llama
 from specdecode_ref import generate
-from specdecode_ref import layer_analysis as la
+from specdecode_ref.measure import layer_analysis as la
 from specdecode_ref.proposers.early_exit import EarlyExitProposer, build_adapter
 
 

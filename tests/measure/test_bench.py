@@ -8,8 +8,9 @@ import math
 import pytest
 import torch
 
-from specdecode_ref import bench, load_model
-from specdecode_ref.workloads import CATEGORIES, INPUT_GROUNDED, load_workloads
+from specdecode_ref import load_model
+from specdecode_ref.measure import bench
+from specdecode_ref.measure.workloads import CATEGORIES, INPUT_GROUNDED, load_workloads
 
 CATS = ["summarization", "qa"]
 

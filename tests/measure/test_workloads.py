@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from specdecode_ref import workloads as wl
-from specdecode_ref.workloads import (CATEGORIES, TRAIN_PROMPTS_PATH, load_training_prompts, load_workloads,
+from specdecode_ref.measure import workloads as wl
+from specdecode_ref.measure.workloads import (CATEGORIES, TRAIN_PROMPTS_PATH, load_training_prompts, load_workloads,
                                       training_conversations)
 
 NGRAM = 12

@@ -40,8 +40,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .analysis import monotone_cost_curve, verify_cost_from_curve
-from .proposers.base import DecodeState, Draft, Proposer, StepOutcome
+from ..analysis import monotone_cost_curve, verify_cost_from_curve
+from .base import DecodeState, Draft, Proposer, StepOutcome
 
 
 @dataclass(frozen=True)

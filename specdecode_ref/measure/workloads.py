@@ -5,7 +5,7 @@ answer from a passage, rewrite, edit code) repeat spans of the prompt, which n-g
 lookup drafting copies for free; open-ended chat, QA and maths do not. Benchmarks therefore report
 per category, never one averaged number.
 
-    from specdecode_ref.workloads import load_workloads
+    from specdecode_ref.measure.workloads import load_workloads
     wl = load_workloads(["summarization", "qa"], per_category=2)
     wl["qa"][0]["messages"]     # a chat: list of {"role", "content"}; feed it to chat_ids()
 """
@@ -16,10 +16,10 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-WORKLOADS_PATH = Path(__file__).resolve().parent / "data" / "workloads.json"
+WORKLOADS_PATH = Path(__file__).resolve().parent.parent / "data" / "workloads.json"
 #: Training prompts for self-distilling drafters: same 7 categories, disjoint from the benchmark.
 #: Regenerate with ``python specdecode_ref/data/make_train_prompts.py``.
-TRAIN_PROMPTS_PATH = Path(__file__).resolve().parent / "data" / "train_prompts.json"
+TRAIN_PROMPTS_PATH = Path(__file__).resolve().parent.parent / "data" / "train_prompts.json"
 
 
 @lru_cache(maxsize=1)

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from support import make_tiny_llama, sampled_joint_pvalue
-from specdecode_ref import SamplingParams, autoregressive_generate, distill, generate, train, trees
+from specdecode_ref import SamplingParams, autoregressive_generate, generate, trees
+from specdecode_ref.training import distill, train
 from specdecode_ref.proposers.medusa import (MedusaHeads, MedusaProposer, derive_choices, expected_accepted,
                                              load_medusa_heads, load_medusa_proposer, medusa_metadata,
                                              save_medusa_heads)

@@ -26,10 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from .engine import ACCEPTED, BONUS, RECOVERED, TARGET
-from .metrics import SpecStats
-from .proposers.base import DecodeState
-from .sampling import GREEDY
+from ..engine import ACCEPTED, BONUS, RECOVERED, TARGET
+from ..metrics import SpecStats
+from ..proposers.base import DecodeState
+from ..sampling import GREEDY
 from .workloads import INPUT_GROUNDED
 
 GROUNDED, OPEN = "input-grounded", "open-ended"
@@ -220,7 +220,7 @@ def items_from_benchmark(df, workloads: dict, tokenizer, method: str = "plain") 
     (the same dict the benchmark ran on; prompts are rebuilt with ``chat_ids``).
     Returns dicts ``{category, kind, prompt_id, prompt, continuation}``.
     """
-    from .models import chat_ids
+    from ..models import chat_ids
 
     rows = df[df["method"] == method]
     if rows.empty:
@@ -258,7 +258,7 @@ def run_ablation(items: Iterable[dict], configs: Iterable[dict], verify_cost: fl
     """
     import pandas as pd
 
-    from .proposers import NgramProposer
+    from ..proposers import NgramProposer
 
     items = list(items)
     configs = [dict(c) for c in configs]

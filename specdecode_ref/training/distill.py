@@ -12,7 +12,7 @@ target-generated text for the same reason). Building the corpus has two passes:
    not fit on disk) and, optionally, its last hidden state (the feature EAGLE and Medusa read).
 
 The corpus is cached under ``models.cache_dir()/distill`` and rebuilt with
-``python -m specdecode_ref.train data``.
+``python -m specdecode_ref.training data``.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from .models import cache_dir
+from ..models import cache_dir
 
 CORPUS_VERSION = 1
 
@@ -84,7 +84,7 @@ class Corpus:
         path = Path(path)
         if not path.exists():
             raise FileNotFoundError(f"no distillation corpus at {path}; build it with "
-                                    "`python -m specdecode_ref.train data` (about 10 minutes on a 2-core CPU)")
+                                    "`python -m specdecode_ref.training data` (about 10 minutes on a 2-core CPU)")
         d = torch.load(path, weights_only=False)
         if d.get("version") != CORPUS_VERSION:
             raise ValueError(f"{path} was built by another version of distill.py; rebuild it")
@@ -96,7 +96,7 @@ def default_corpus_path(name: str = "smollm2-135m-instruct") -> Path:
 
 
 def _eos_ids(model, tokenizer) -> set:
-    from .engine import eos_token_ids
+    from ..engine import eos_token_ids
 
     ids = set(eos_token_ids(model))
     if tokenizer.eos_token_id is not None:
@@ -113,7 +113,7 @@ def generate_responses(model, tokenizer, conversations, max_new_tokens: int = 16
     Returns a list of (prompt_ids, response_ids) LongTensor pairs; a response ends at the first EOS
     (kept) or after ``max_new_tokens``. temperature 0 is greedy; > 0 samples (seeded).
     """
-    from .models import chat_ids
+    from ..models import chat_ids
 
     if batch_size < 1 or max_new_tokens < 1:
         raise ValueError("batch_size and max_new_tokens must be >= 1")

@@ -27,7 +27,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from .proposers.early_exit import causal_mask, run_layers
+from ..proposers.early_exit import causal_mask, run_layers
 
 
 # ---- sequences to measure on ------------------------------------------------------------------------
@@ -50,7 +50,7 @@ def answer_sequences(model, prompts: Iterable[torch.Tensor], max_new_tokens: int
 
     Measuring on the target's *own* text matters: that is the text a drafter has to predict.
     """
-    from .engine import autoregressive_generate
+    from ..engine import autoregressive_generate
 
     out = []
     for p in prompts:

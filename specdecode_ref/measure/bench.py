@@ -18,10 +18,11 @@ Also the cost curve T(n): the time of one target forward scoring n new tokens af
 context. Decoding is memory-bound, so T(n) grows slowly with n: verifying k drafted tokens costs
 about one plain step. Notebook 00 plots it; analysis.py turns it into a predicted speedup.
 
-Run ``python -m specdecode_ref.bench --help``. From a notebook::
+Run ``python -m specdecode_ref.measure.bench --help``. From a notebook::
 
-    from specdecode_ref import bench, load_model
-    from specdecode_ref.workloads import load_workloads
+    from specdecode_ref import load_model
+from specdecode_ref.measure import bench
+    from specdecode_ref.measure.workloads import load_workloads
     model, tok = load_model(dtype="fp32")
     df = bench.run_benchmark(model, tok, ["plain", "ngram"], load_workloads(per_category=2), 32)
     summary = bench.summarize(df); print(bench.format_tables(summary)); bench.plot_speedups(summary)
@@ -43,11 +44,11 @@ from typing import Callable
 
 import torch
 
-from . import kv
-from .engine import autoregressive_generate, eos_token_ids, generate
-from .metrics import SpecStats
-from .models import chat_ids
-from .proposers import available_proposers, load_proposer
+from .. import kv
+from ..engine import autoregressive_generate, eos_token_ids, generate
+from ..metrics import SpecStats
+from ..models import chat_ids
+from ..proposers import available_proposers, load_proposer
 from .workloads import load_workloads
 
 DEFAULT_K = 5  # prompt lookup's K when none is given; the default run pairs it with ngram@5
@@ -563,7 +564,7 @@ def _csv(text: str) -> list:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m specdecode_ref.bench",
+        prog="python -m specdecode_ref.measure.bench",
         description="Time decoding methods on the same chat prompts; per-category tables, JSON/CSV and plots.")
     p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
                    help="comma-separated; registered methods or proposer names, NAME@K sets K for one "
@@ -614,7 +615,7 @@ def busy_machine_warning() -> str | None:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    from .models import load_model
+    from ..models import load_model
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -635,7 +636,7 @@ def main(argv=None) -> int:
     if args.assistant_model is not None:
         assistant, _ = load_model(args.assistant_model, device=_device(model), dtype=model.dtype)
     elif any(parse_method(m)[0] == "hf-assisted" for m in methods):
-        from .proposers.draft_model import is_embedded_target, load_draft_model
+        from ..proposers.draft_model import is_embedded_target, load_draft_model
 
         if not is_embedded_target(model):
             raise SystemExit("method hf-assisted needs --assistant-model NAME_OR_PATH")

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from scipy import stats as _scipy_stats
 
-from .verify import rejection_sample
+from ..verify import rejection_sample
 
 
 @dataclass(frozen=True)

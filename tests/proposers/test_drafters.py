@@ -7,7 +7,7 @@ import torch
 
 from support import make_tiny_llama, sampled_joint_pvalue
 from specdecode_ref import SamplingParams, autoregressive_generate, generate, kv
-from specdecode_ref import distill, train
+from specdecode_ref.training import distill, train
 from specdecode_ref.proposers.draft_model import DraftModelProposer, build_draft_model
 from specdecode_ref.proposers.early_exit import EarlyExitProposer, build_adapter, causal_mask
 
@@ -338,7 +338,7 @@ def test_save_and_load_draft_roundtrip(target4, tmp_path):
 # --- reduced draft vocabulary and the exit layer to ship -------------------------------------------
 
 def test_frequent_tokens_and_vocab_head():
-    from specdecode_ref.draft_vocab import VocabHead, coverage, frequent_tokens
+    from specdecode_ref.proposers.vocab import VocabHead, coverage, frequent_tokens
 
     counts = torch.tensor([5, 0, 9, 1, 9, 0])
     ids = frequent_tokens(counts, 2, always=[5])
@@ -366,7 +366,7 @@ def test_best_exit_trades_agreement_for_cost():
 def test_replay_reproduces_the_engine_counters(target4, k, reduced):
     """One teacher-forced draft pass + replay gives the engine's per-step counters for any k."""
     from specdecode_ref.analysis import replay_greedy_chain
-    from specdecode_ref.bench import draft_greedy_matches
+    from specdecode_ref.measure.bench import draft_greedy_matches
 
     prompt = torch.tensor([5, 9, 2, 33, 7])
     plain = autoregressive_generate(target4, prompt, max_new_tokens=60).tokens

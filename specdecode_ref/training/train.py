@@ -3,11 +3,11 @@
 One command per step, each with a progress bar, a fixed seed, a loss curve and safetensors written
 into ``specdecode_ref/weights/``::
 
-    python -m specdecode_ref.train data        # self-distillation corpus (distill.py), ~10 min
-    python -m specdecode_ref.train draft       # 4-layer draft model (notebook 05), ~20 min
-    python -m specdecode_ref.train early-exit  # exit adapters for self-speculation (notebook 06)
-    python -m specdecode_ref.train medusa      # Medusa heads on the corpus' hidden states (notebook 07)
-    python -m specdecode_ref.train eagle       # EAGLE feature-drafting head (notebook 08)
+    python -m specdecode_ref.training data        # self-distillation corpus (distill.py), ~10 min
+    python -m specdecode_ref.training draft       # 4-layer draft model (notebook 05), ~20 min
+    python -m specdecode_ref.training early-exit  # exit adapters for self-speculation (notebook 06)
+    python -m specdecode_ref.training medusa      # Medusa heads on the corpus' hidden states (notebook 07)
+    python -m specdecode_ref.training eagle       # EAGLE feature-drafting head (notebook 08)
 
 The target stays frozen. Every drafter minimises the soft cross-entropy against the target's top-k
 next-token distribution (KL up to a constant), not only its argmax, so the same weights serve greedy
@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from . import distill
 from .distill import Corpus
 
-WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
+WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "weights"
 
 
 @dataclass
@@ -133,7 +133,7 @@ def evaluate(loss_fn, corpus: Corpus, batch_tokens: int = 2048, device="cpu") ->
 def train_draft(target, corpus: Corpus, *, init_layers=None, steps: int = 600, lr: float = 5e-4,
                 batch_tokens: int = 2048, seed: int = 0, holdout: Corpus | None = None):
     """Distil a small draft model (copies of some target layers + the shared embeddings/head)."""
-    from .proposers.draft_model import DEFAULT_INIT_LAYERS, build_draft_model
+    from ..proposers.draft_model import DEFAULT_INIT_LAYERS, build_draft_model
 
     device = next(target.parameters()).device
     torch.manual_seed(seed)
@@ -163,7 +163,7 @@ def exit_hidden_states(target, x, mask, exits):
 
 def early_exit_loss_fn(target, adapters: dict, corpus: Corpus, device="cpu"):
     """Sum over exit layers of each adapter's soft cross-entropy; agreement of the deepest exit."""
-    from .proposers.early_exit import causal_mask
+    from ..proposers.early_exit import causal_mask
 
     exits = sorted(adapters)
 
@@ -187,7 +187,7 @@ def early_exit_loss_fn(target, adapters: dict, corpus: Corpus, device="cpu"):
 def train_early_exit(target, corpus: Corpus, *, exits=(6, 10, 14), steps: int = 400, lr: float = 5e-4,
                      batch_tokens: int = 2048, seed: int = 0, holdout: Corpus | None = None):
     """Train one exit adapter per exit layer, jointly (one frozen target forward feeds them all)."""
-    from .proposers.early_exit import build_adapter
+    from ..proposers.early_exit import build_adapter
 
     device = next(target.parameters()).device
     torch.manual_seed(seed)
@@ -231,13 +231,13 @@ def save_curve(result: TrainResult, path: Path, title: str, ylabel: str = "soft 
 
 
 def _load_target(dtype="fp32"):
-    from .models import load_model
+    from ..models import load_model
 
     return load_model(dtype=dtype)
 
 
 def cmd_data(args) -> None:
-    from .workloads import training_conversations
+    from ..measure.workloads import training_conversations
 
     target, tok = _load_target("bf16")
     convs = training_conversations()
@@ -260,8 +260,8 @@ def _corpus(args):
 
 
 def cmd_draft(args) -> None:
-    from .draft_vocab import frequent_tokens, save_vocab
-    from .proposers.draft_model import DRAFT_VOCAB, DRAFT_WEIGHTS, save_draft
+    from ..proposers.vocab import frequent_tokens, save_vocab
+    from ..proposers.draft_model import DRAFT_VOCAB, DRAFT_WEIGHTS, save_draft
 
     train, hold = _corpus(args)
     target, tok = _load_target("fp32")
@@ -287,7 +287,7 @@ def best_exit(heldout: dict, num_layers: int, k_max: int = 8) -> int:
     """The exit layer to ship (the 50 MB budget holds one adapter): the best predicted speedup,
     taking alpha = held-out top-1 agreement and c = (L + 1) / num_layers (L target layers plus the
     adapter's one; the reduced-vocabulary projection is small), each at its best k."""
-    from .analysis import expected_speedup
+    from ..analysis import expected_speedup
 
     def score(L):
         a = min(heldout[str(L)]["agreement"], 0.99)
@@ -298,7 +298,7 @@ def best_exit(heldout: dict, num_layers: int, k_max: int = 8) -> int:
 
 
 def cmd_early_exit(args) -> None:
-    from .proposers.early_exit import EXIT_WEIGHTS, save_adapters
+    from ..proposers.early_exit import EXIT_WEIGHTS, save_adapters
 
     train, hold = _corpus(args)
     target, _ = _load_target("fp32")
@@ -354,7 +354,7 @@ def medusa_batch(corpus: Corpus, idx: list, num_heads: int, device="cpu"):
 def medusa_loss_fn(target, heads, corpus: Corpus, device="cpu"):
     """Sum over heads of the cross-entropy against the actual answer token i+2 ahead, through the
     target's frozen lm_head; the agreement reported is head 0's top-1 accuracy."""
-    from .proposers.medusa import project
+    from ..proposers.medusa import project
 
     def loss_fn(idx):
         x, y = medusa_batch(corpus, idx, heads.num_heads, device)
@@ -378,7 +378,7 @@ def medusa_accuracy(target, heads, corpus: Corpus, ranks: int = 10, batch_tokens
     """Per-head accuracy on ``corpus``: rank_accuracy[i][r] = share of positions where the actual token
     is head i's rank-r candidate (what derive_choices needs), top1 and top5 (its cumulative sums),
     cross-entropy per head, and the number of positions per head."""
-    from .proposers.medusa import project
+    from ..proposers.medusa import project
 
     nh = heads.num_heads
     hits = torch.zeros(nh, ranks, dtype=torch.float64)
@@ -418,7 +418,7 @@ def train_medusa(target, corpus: Corpus, *, num_heads: int = 3, num_layers: int 
     """Train Medusa heads on the corpus' stored last hidden states (the target stays frozen and is
     never run: only its lm_head is read). Returns (heads, TrainResult); with ``holdout``,
     ``result.heldout = {"before": ..., "after": ...}`` per-head accuracies (medusa_accuracy)."""
-    from .proposers.medusa import MedusaHeads
+    from ..proposers.medusa import MedusaHeads
 
     if corpus.hidden is None:
         raise ValueError("the corpus has no hidden states: build it with teacher_pass(..., keep_hidden=True)")
@@ -440,7 +440,7 @@ def train_medusa(target, corpus: Corpus, *, num_heads: int = 3, num_layers: int 
 
 
 def cmd_medusa(args) -> None:
-    from .proposers.medusa import (DEFAULT_TREE_NODES, MEDUSA_WEIGHTS, derive_choices, expected_accepted,
+    from ..proposers.medusa import (DEFAULT_TREE_NODES, MEDUSA_WEIGHTS, derive_choices, expected_accepted,
                                    save_medusa_heads)
 
     train_c, hold = _corpus(args)
@@ -537,7 +537,7 @@ def eagle_loss_fn(target, head, corpus: Corpus, device="cpu", feature_weight: fl
     """
     from transformers import DynamicCache
 
-    from .proposers.early_exit import causal_mask
+    from ..proposers.early_exit import causal_mask
 
     if unroll < 1:
         raise ValueError(f"unroll must be >= 1, got {unroll}")
@@ -606,7 +606,7 @@ def train_eagle(target, corpus: Corpus, *, steps: int = 600, lr: float = 5e-4, b
     ``result.heldout = {"before": ..., "after": ...}`` (evaluate_eagle). unroll: training-time test
     steps (eagle_loss_fn). init: an EagleHead (or weights file) to start from instead of the copy of
     the target's last layer, e.g. to fine-tune a teacher-forced head with unroll > 1."""
-    from .proposers.eagle import build_eagle_head
+    from ..proposers.eagle import build_eagle_head
 
     if corpus.hidden is None:
         raise ValueError("the corpus has no hidden states: build it with teacher_pass(..., keep_hidden=True)")
@@ -620,7 +620,7 @@ def train_eagle(target, corpus: Corpus, *, steps: int = 600, lr: float = 5e-4, b
     elif isinstance(init, torch.nn.Module):
         head = copy.deepcopy(init)
     else:
-        from .proposers.eagle import load_eagle_weights
+        from ..proposers.eagle import load_eagle_weights
         head = load_eagle_weights(target, init)
     head = head.float().train().requires_grad_(True)
     weights = dict(feature_weight=feature_weight, token_weight=token_weight)
@@ -646,7 +646,7 @@ def combine_stages(first: TrainResult, second: TrainResult) -> TrainResult:
 
 def write_eagle(head, result: TrainResult, out: Path, settings: dict) -> None:
     """Save the head with its settings and held-out figures in the metadata, and its loss curve."""
-    from .proposers.eagle import save_eagle
+    from ..proposers.eagle import save_eagle
 
     after, before = result.heldout["after"], result.heldout["before"]
     meta = {**settings, "seconds": round(result.seconds), "feature": "final normed hidden state",
@@ -664,7 +664,7 @@ def cmd_eagle(args) -> None:
     """Stage 1: teacher forcing from the copy of the target's last layer (or --init). Stage 2 (when
     --unroll > 1 and --unroll-steps > 0): training-time test, fine-tuning the stage-1 head on its own
     outputs. The shipped head is both stages with the defaults."""
-    from .proposers.eagle import EAGLE_WEIGHTS
+    from ..proposers.eagle import EAGLE_WEIGHTS
 
     train_c, hold = _corpus(args)
     target, _ = _load_target("fp32")
@@ -706,7 +706,7 @@ def _add_eagle_parser(sub) -> None:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m specdecode_ref.train", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m specdecode_ref.training", description=__doc__.split("\n")[0])
     parser.add_argument("--corpus", default=str(distill.default_corpus_path()), help="distillation corpus file")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")

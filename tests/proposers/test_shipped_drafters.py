@@ -5,7 +5,7 @@ import torch
 
 from specdecode_ref import SamplingParams, autoregressive_generate, chat_ids, generate
 from specdecode_ref.proposers import load_proposer
-from specdecode_ref.workloads import load_workloads
+from specdecode_ref.measure.workloads import load_workloads
 
 NAMES = ["draft", "draft-fullvocab", "early-exit", "medusa", "medusa-chain", "eagle", "eagle-tree"]
 

@@ -1,0 +1,11 @@
+"""Measuring speculative decoding: the benchmark harness, workloads, cost curves, offline replays,
+statistical tests and visualisation. None of it is needed to decode; all of it is how the course
+checks its formulas against a real model.
+
+    bench           every method on the same prompts vs Hugging Face (``python -m specdecode_ref.measure.bench``)
+    workloads       the benchmark's prompts by category, and the disjoint training prompts
+    stats           chi-square and uniformity tests for "the output follows the target distribution"
+    viz             a generation drawn as coloured tokens (accepted, recovered, bonus)
+    ngram_analysis  offline replays of prompt lookup (notebook 04)
+    layer_analysis  per-layer agreement and layer-call traces (notebook 06)
+"""
