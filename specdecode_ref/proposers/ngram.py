@@ -20,8 +20,12 @@ class NgramProposer(Proposer):
     name = "ngram"
 
     def __init__(self, k: int = 5, min_n: int = 1, max_n: int = 4, occurrence: str = "recent",
-                 k_per_matched_token: int | None = None):
+                 k_per_matched_token: int | None = None, extend_periodically: bool = True):
         super().__init__(k)
+        # A match near the end of the context has fewer than k followers. Repeating them with the
+        # match's period keeps drafting through loops and lists; vLLM's proposer instead stops at
+        # the end of the context (extend_periodically=False, with occurrence="first", is its rule).
+        self.extend_periodically = bool(extend_periodically)
         if k_per_matched_token is not None and (not isinstance(k_per_matched_token, int) or k_per_matched_token < 1):
             raise ValueError(f"k_per_matched_token must be None or an int >= 1, got {k_per_matched_token!r}")
         # A longer suffix match predicts a longer accepted run (notebook 04 measures it), so a
@@ -73,6 +77,8 @@ class NgramProposer(Proposer):
                 continue
             period = length - 1 - end  # distance from that occurrence to the suffix
             size = self.k if self.k_per_matched_token is None else min(self.k, self.k_per_matched_token * n)
+            if not self.extend_periodically:
+                return tokens[end + 1 : end + 1 + size]
             # Past the end of the context the continuation repeats with that period.
             return [tokens[end + 1 + (j % period)] for j in range(size)]
         return []
@@ -83,5 +89,7 @@ class NgramProposer(Proposer):
 
     def __repr__(self) -> str:
         extra = "" if self.k_per_matched_token is None else f", k_per_matched_token={self.k_per_matched_token}"
+        if not self.extend_periodically:
+            extra += ", extend_periodically=False"
         return (f"NgramProposer(k={self.k}, min_n={self.min_n}, max_n={self.max_n}, "
                 f"occurrence={self.occurrence!r}{extra})")

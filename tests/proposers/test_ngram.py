@@ -105,3 +105,27 @@ def test_unrelated_context_with_same_token_at_the_seam_rebuilds():
     p = NgramProposer(k=2, min_n=1, max_n=2)
     p.lookup([1, 2, 3, 1])
     assert p.lookup([5, 6, 3, 8, 2]) == []  # shares token 3 at index 2, nothing else
+
+
+def _earliest_longest_truncated(tokens, k, min_n, max_n):
+    """The production rule (vLLM's prompt lookup), written as a plain scan: the longest suffix of
+    length min_n..max_n that occurred earlier with a follower, its earliest occurrence, and at most
+    k followers up to the end of the context."""
+    L = len(tokens)
+    for n in range(min(max_n, L - 1), min_n - 1, -1):
+        suffix = tokens[L - n:]
+        for start in range(0, L - n):
+            if tokens[start:start + n] == suffix:
+                return tokens[start + n:start + n + k]
+    return []
+
+
+def test_vllm_rule_matches_a_plain_scan():
+    rng = random.Random(1)
+    for _ in range(300):
+        tokens = [rng.randrange(4) for _ in range(rng.randrange(1, 40))]
+        p = NgramProposer(k=5, min_n=1, max_n=4, occurrence="first", extend_periodically=False)
+        assert p.lookup(tokens) == _earliest_longest_truncated(tokens, 5, 1, 4), tokens
+    # The course's default differs exactly there: it repeats a match's followers periodically.
+    assert NgramProposer(k=4).lookup([7, 8, 7]) == [8, 7, 8, 7]
+    assert NgramProposer(k=4, extend_periodically=False).lookup([7, 8, 7]) == [8, 7]

