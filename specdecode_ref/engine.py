@@ -359,7 +359,7 @@ def generate(model, input_ids, proposer: Proposer | None = None, max_new_tokens:
                         token_list=prompt.tolist())
     eos = set(eos_token_ids(model, eos_token_id)) if stop_on_eos else set()
     request = _Request(state, proposer, max_new_tokens, eos, context_window(model))
-    scorer = proposer.score if proposer is not None and getattr(proposer, "scores_draft", False) else None
+    scorer = proposer.score if proposer is not None and proposer.scores_draft else None
 
     _sync(device)
     t_start = time.perf_counter()

@@ -82,10 +82,25 @@ class StepOutcome:
 
 
 class Proposer(ABC):
-    """Base class of all drafters. Subclasses set ``k`` and implement ``propose``."""
+    """Base class of all drafters. Subclasses set ``k`` and implement ``propose``.
+
+    Everything else the engine relies on is declared here, with a default that suits a proposer
+    reading only token ids (n-gram); a drafter overrides what it needs. A wrapper
+    (adaptive.AdaptiveK) forwards every one of them to the proposer it wraps:
+
+    * ``check_compatible(target)``: refuse a target it cannot draft for, before anything runs;
+    * ``begin(state)`` / ``on_verified(state, outcome)``: start a request; roll its own state
+      back after each step;
+    * ``needs_hidden_states``: the engine collects the target's hidden states for both;
+    * ``scores_draft`` with ``score(state, ids)``: the proposer runs the verification forward
+      itself (early exit: the draft already wrote the first layers' keys and values).
+
+    Drafting a tree needs no declaration: a proposer returns a Draft with ``parents``.
+    """
 
     name = "proposer"
-    needs_hidden_states = False  # set True to receive the target's hidden states
+    needs_hidden_states = False  # True: receive the target's hidden states in begin and on_verified
+    scores_draft = False  # True: the engine calls score() instead of its own verification forward
 
     def __init__(self, k: int):
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
@@ -101,6 +116,16 @@ class Proposer(ABC):
     @abstractmethod
     def propose(self, state: DecodeState) -> Draft:
         """Draft up to ``self.k`` tokens continuing ``state.token_list``."""
+
+    def score(self, state: DecodeState, ids: list) -> torch.Tensor:
+        """The verification forward, run by the proposer (only when ``scores_draft``).
+
+        ids: [n+1] token ids, the last committed token then a chain draft of n tokens. Must return
+        the target's logits [n+1, V], exactly those of a plain target forward, and leave the target
+        cache (``state.target_cache``) holding these n+1 positions in every layer, as that forward
+        would: the engine then crops it to what verification kept.
+        """
+        raise NotImplementedError(f"{type(self).__name__} sets scores_draft but does not implement score()")
 
     def on_verified(self, state: DecodeState, outcome: StepOutcome) -> None:
         """Roll back own state to the committed tokens (``state.token_list`` is already updated)."""
