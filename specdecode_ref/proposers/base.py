@@ -19,14 +19,14 @@ from ..sampling import SamplingParams
 
 @dataclass
 class Draft:
-    """Up to k drafted tokens.
+    """Up to k drafted tokens, a chain or a tree.
 
-    tokens: LongTensor [n] (n may be 0: nothing to propose, the step decodes one token plainly).
+    tokens: LongTensor [n], n <= k (n may be 0: nothing to propose, the step decodes one token plainly).
     probs: FloatTensor [n, V], the proposer's distribution q at each drafted position, processed
         with the request's SamplingParams; None for a deterministic proposer (q one-hot). For a
         tree, row i is the distribution node i was drawn from (siblings drawn independently).
-    parents: LongTensor [n] of parent indices for a tree draft (-1 = the last committed token);
-        None for a chain, where token i's parent is i - 1.
+    parents: LongTensor [n] of parent indices for a tree draft (``trees.ROOT`` = -1: the last
+        committed token); None for a chain, where token i's parent is i - 1.
     """
 
     tokens: torch.Tensor
@@ -66,7 +66,7 @@ class DecodeState:
         return next(self.target.parameters()).device
 
     def tokens(self) -> torch.Tensor:
-        """Committed ids as a 1-D LongTensor on the target's device."""
+        """Committed ids, a LongTensor [num_tokens] on the target's device."""
         return torch.tensor(self.token_list, dtype=torch.long, device=self.device)
 
 
@@ -76,9 +76,9 @@ class StepOutcome:
 
     draft: Draft
     num_accepted: int
-    emitted: list  # token ids appended this step (accepted drafts then one target token), maybe cut by EOS/length
+    emitted: list  # [num_accepted + 1] ids appended this step: accepted drafts, one target token; EOS may cut it
     hidden_states: tuple | None = None  # per layer [num_accepted + 1, H]: positions last, d1..d_acc
-    accepted_nodes: list | None = None  # tree drafts: indices of the accepted nodes, root side first
+    accepted_nodes: list | None = None  # tree drafts: [num_accepted] accepted node indices, root side first
 
 
 class Proposer(ABC):
@@ -115,7 +115,8 @@ class Proposer(ABC):
 
     @abstractmethod
     def propose(self, state: DecodeState) -> Draft:
-        """Draft up to ``self.k`` tokens continuing ``state.token_list``."""
+        """Draft up to ``self.k`` tokens continuing ``state.token_list``: a Draft with tokens [n],
+        probs [n, V] or None, parents [n] (a tree) or None (a chain)."""
 
     def score(self, state: DecodeState, ids: list) -> torch.Tensor:
         """The verification forward, run by the proposer (only when ``scores_draft``).
