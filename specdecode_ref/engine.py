@@ -1,12 +1,19 @@
 """The draft-verify-rollback loop, and plain autoregressive decoding through the same code path.
 
-Invariant: the target's KV cache holds every committed token except the last one. A step feeds
-the last committed token plus the k drafted tokens in one forward, so the target scores k+1
-positions; verification keeps a prefix of the draft and adds one target token; the cache is then
-cropped back to the committed length minus one. Plain decoding is the same step with an empty
-draft, so ``autoregressive_generate`` and ``generate`` share every line that touches the target.
-A tree draft (trees.py) is scored the same way in one forward, with a tree attention mask and
-depth-based position ids; the cache is then compacted to the prefix plus the accepted path.
+Invariant: the target's KV cache holds every committed token except the last one. ``generate``
+repeats one step of four parts until EOS or max_new_tokens:
+
+1. propose: the proposer drafts up to k tokens (a chain) or a tree (``_propose``);
+2. score: one target forward over the last committed token plus the draft, k+1 positions;
+3. verify: keep a prefix of the draft (a root-to-node path of a tree) and add one target token,
+   then roll the target cache back to the committed length minus one (``_chain_step`` crops it,
+   ``_tree_step`` compacts it to the accepted path);
+4. commit: append the emitted tokens, stop at EOS or max_new_tokens, count them in SpecStats and
+   let the proposer roll back its own state (``_Request.commit``).
+
+Plain decoding is the same step with an empty draft, so ``autoregressive_generate`` and
+``generate`` share every line that touches the target. A tree draft (trees.py) is scored with a
+tree attention mask and depth-based position ids.
 
 Counterparts: transformers ``generation/utils.py`` (``_assisted_decoding``), vLLM
 ``vllm/v1/spec_decode`` with ``vllm/v1/sample/rejection_sampler.py``.
@@ -24,7 +31,7 @@ from .proposers.base import DecodeState, Draft, Proposer, StepOutcome
 from .sampling import GREEDY, SamplingParams, logits_to_probs, next_token
 from .verify import greedy_verify, rejection_sample, tree_greedy_verify, tree_rejection_sample, typical_accept
 
-# How each new token came to be (see viz.py).
+# How each new token came to be (measure/viz.py colours them).
 TARGET, ACCEPTED, RECOVERED, BONUS = "target", "accepted", "recovered", "bonus"
 
 
@@ -96,10 +103,11 @@ class _Target:
         self.time_s = 0.0
 
     def forward(self, ids: list | torch.Tensor, last_only: bool = False, attention_mask=None, position_ids=None):
-        """Score ``ids`` after the cached prefix; returns (logits [n or 1, V], hidden states or None).
+        """Score ``ids`` [n] after the cached prefix; returns (logits [n or 1, V], hidden states:
+        per layer [n, H], or None).
 
-        attention_mask / position_ids: a custom 4D mask and the matching positions (tree drafts,
-        see trees.py); None lets the model build the ordinary causal ones.
+        attention_mask / position_ids: a custom 4D mask [1, 1, n, past + n] and the matching
+        positions [1, n] (tree drafts, see trees.py); None lets the model build the ordinary causal ones.
         """
         t0 = time.perf_counter()
         x = torch.as_tensor(ids, dtype=torch.long, device=self.device).reshape(1, -1)
@@ -128,33 +136,65 @@ class _Target:
 TREE_ACCEPTANCE = ("lossless", "typical")
 
 
-def _clip_tree_draft(draft: Draft, max_depth: int) -> Draft:
-    """Drop tree nodes deeper than ``max_depth`` (they could not be emitted)."""
-    parents = trees.validate_parents(draft.parents, len(draft))
-    new_parents, keep = trees.clip_tree(parents, max_depth=max(max_depth, 0))
-    if keep.numel() == len(draft):
-        return Draft(draft.tokens, draft.probs, parents)
-    keep_dev = keep.to(draft.tokens.device)
-    probs = None if draft.probs is None else draft.probs[keep.to(draft.probs.device)]
-    return Draft(draft.tokens[keep_dev], probs, new_parents)
+@dataclass
+class _Verdict:
+    """What verification decided in one step, before EOS and max_new_tokens cut it."""
+
+    emitted: list  # the accepted drafted tokens, then one token from the target
+    num_accepted: int
+    kinds: list  # ACCEPTED per accepted draft, then TARGET / RECOVERED / BONUS
+    hidden: tuple | None  # per layer [num_accepted + 1, H]: the target at the root and the accepted tokens
+    accepted_nodes: list | None = None  # tree drafts: the accepted path, root side first
 
 
-def _tree_step(target: "_Target", state: DecodeState, draft: Draft, sampling: SamplingParams,
-               generator, tree_acceptance: str):
-    """One target forward over [last committed] + the tree, verification, cache compaction.
+def _last_kind(num_drafted: int, ends_at_leaf: bool) -> str:
+    """The step's own token: plain decoding (nothing drafted), a bonus (the whole chain, or a
+    root-to-leaf path, was accepted: nothing was left to reject) or a recovered token."""
+    return TARGET if num_drafted == 0 else (BONUS if ends_at_leaf else RECOVERED)
 
-    Returns (accepted node indices, emitted tokens, hidden states of root + accepted path or None,
-    whether the last token is a bonus, i.e. the accepted path ended at a leaf).
-    """
-    device = target.device
-    parents = draft.parents  # validated on the CPU by _clip_tree_draft
+
+def _chain_step(target: _Target, state: DecodeState, draft: Draft, sampling: SamplingParams, generator,
+                scorer) -> _Verdict:
+    """Score [last committed] + a chain of n >= 0 drafted tokens, verify, crop the target cache.
+    n = 0 is plain decoding: the target's next token alone."""
+    n, committed = len(draft), len(state.token_list)
+    ids = [state.token_list[-1]] + draft.tokens.tolist()
+    # Score: the n+1 positions in one forward, or by the proposer's own scorer (early exit).
+    logits, hidden = target.forward(ids) if scorer is None else target.score_with(scorer, state, ids)
+    # Verify: the accepted prefix, then one target token (recovered, or a bonus if all passed).
+    if n == 0:
+        emitted, num_accepted = [int(next_token(logits[-1], sampling, generator))], 0
+    else:
+        draft_tokens = draft.tokens.to(target.device).long()[None]
+        if sampling.is_greedy:
+            out, acc = greedy_verify(logits[None], draft_tokens)
+        else:
+            q = None if draft.probs is None else draft.probs[None]
+            out, acc = rejection_sample(logits_to_probs(logits, sampling)[None], draft_tokens, q, generator)
+        num_accepted = int(acc[0])
+        emitted = out[0, : num_accepted + 1].tolist()
+    # Roll the target cache back to the committed prefix (minus the newest token).
+    kv.crop_to(target.cache, committed + num_accepted)
+    hidden = None if hidden is None else tuple(h[: num_accepted + 1] for h in hidden)
+    kinds = [ACCEPTED] * num_accepted + [_last_kind(n, num_accepted == n)]
+    accepted_nodes = [] if draft.is_tree else None  # a tree the token budget clipped to nothing
+    return _Verdict(emitted, num_accepted, kinds, hidden, accepted_nodes)
+
+
+def _tree_step(target: _Target, state: DecodeState, draft: Draft, sampling: SamplingParams, generator,
+               tree_acceptance: str) -> _Verdict:
+    """Score [last committed] + a tree of n >= 1 nodes in one forward with a tree attention mask,
+    verify, compact the target cache to the committed prefix plus the accepted path."""
+    device, parents = target.device, draft.parents  # parents validated on the CPU by _clip_tree_draft
     past_len = kv.cache_len(target.cache)  # the committed tokens except the last one (the root)
     dtype = target.model.get_input_embeddings().weight.dtype
+    tokens = draft.tokens.to(device).long()
+    # Score: every node sees the prefix, the root and its own ancestors, at position past_len + depth.
     mask = trees.tree_attention_mask(parents, past_len, dtype=dtype, device=device)
     position_ids = trees.tree_position_ids(parents, past_len, device=device)
-    tokens = draft.tokens.to(device).long()
     logits, hidden = target.forward([state.token_list[-1]] + tokens.tolist(), attention_mask=mask,
                                     position_ids=position_ids)
+    # Verify: the accepted root-to-node path, then one target token.
     if sampling.is_greedy:
         path, emitted = tree_greedy_verify(logits, parents, tokens)
     else:
@@ -172,8 +212,116 @@ def _tree_step(target: "_Target", state: DecodeState, draft: Draft, sampling: Sa
         slots = torch.tensor([0] + [i + 1 for i in path], dtype=torch.long, device=device)
         hidden = tuple(h.index_select(0, slots.to(h.device)) for h in hidden)
     last_slot = path[-1] + 1 if path else 0
-    is_leaf = not bool((parents == last_slot - 1).any())
-    return path, emitted.tolist(), hidden, is_leaf
+    ends_at_leaf = not bool((parents == last_slot - 1).any())
+    kinds = [ACCEPTED] * len(path) + [_last_kind(len(draft), ends_at_leaf)]
+    return _Verdict(emitted.tolist(), len(path), kinds, hidden, path)
+
+
+def _clip_tree_draft(draft: Draft, max_depth: int) -> Draft:
+    """Drop tree nodes deeper than ``max_depth`` (they could not be emitted)."""
+    parents = trees.validate_parents(draft.parents, len(draft))
+    new_parents, keep = trees.clip_tree(parents, max_depth=max(max_depth, 0))
+    if keep.numel() == len(draft):
+        return Draft(draft.tokens, draft.probs, parents)
+    keep_dev = keep.to(draft.tokens.device)
+    probs = None if draft.probs is None else draft.probs[keep.to(draft.probs.device)]
+    return Draft(draft.tokens[keep_dev], probs, new_parents)
+
+
+def _propose(proposer: Proposer | None, state: DecodeState, request: "_Request", device,
+             tree_acceptance: str) -> Draft:
+    """The proposer's draft, checked, and cut to what this step could still emit."""
+    if proposer is None:
+        return Draft.empty(device)
+    draft = request.timed(proposer.propose, state)
+    if len(draft) > proposer.k:
+        raise ValueError(f"{proposer!r} drafted {len(draft)} tokens, more than its k={proposer.k}")
+    if draft.probs is not None and draft.probs.shape[0] != len(draft):
+        raise ValueError(f"draft probs cover {draft.probs.shape[0]} positions for {len(draft)} tokens")
+    if tree_acceptance == "typical" and not state.sampling.is_greedy and not draft.is_tree and len(draft) > 0:
+        draft = Draft(draft.tokens, draft.probs, trees.chain_parents(len(draft)))
+    limit = request.draft_limit()
+    if draft.is_tree:
+        return _clip_tree_draft(draft, limit)
+    if len(draft) > limit:
+        return Draft(draft.tokens[:limit], None if draft.probs is None else draft.probs[:limit])
+    return draft
+
+
+class _Request:
+    """The bookkeeping of one request, in one place: the new tokens and how each came to be,
+    EOS and max_new_tokens, SpecStats, and what the proposer is told after every step."""
+
+    def __init__(self, state: DecodeState, proposer: Proposer | None, max_new_tokens: int, eos: set, window):
+        self.state, self.proposer = state, proposer
+        self.max_new_tokens, self.eos, self.window = max_new_tokens, eos, window
+        self.tokens: list = []
+        self.kinds: list = []
+        self.finish = "length"
+        self.stats = SpecStats()
+
+    @property
+    def done(self) -> bool:
+        return self.finish == "eos" or len(self.tokens) >= self.max_new_tokens
+
+    def draft_limit(self) -> int:
+        """The most drafted tokens (tree depth) that could still be emitted: one token of the
+        step is the target's, and neither max_new_tokens nor the context window may be passed."""
+        limit = self.max_new_tokens - len(self.tokens) - 1
+        if self.window is not None:
+            limit = min(limit, self.window - len(self.state.token_list))
+        return limit
+
+    def timed(self, fn, *args):
+        """Call a proposer hook, charging its time to the draft."""
+        t0 = time.perf_counter()
+        out = fn(*args)
+        self.stats.draft_time_s += time.perf_counter() - t0
+        return out
+
+    def append(self, tokens: list, kinds: list) -> list:
+        """Commit ``tokens``: at most max_new_tokens in all, and nothing after the first EOS
+        (which is kept). Returns what was committed."""
+        tokens = tokens[: self.max_new_tokens - len(self.tokens)]
+        for i, tok in enumerate(tokens):
+            if tok in self.eos:
+                tokens = tokens[: i + 1]
+                self.finish = "eos"
+                break
+        self.tokens.extend(tokens)
+        self.kinds.extend(kinds[: len(tokens)])
+        self.state.token_list.extend(tokens)
+        return tokens
+
+    def commit(self, draft: Draft, verdict: _Verdict) -> None:
+        """Commit one verification step and let the proposer roll its own state back."""
+        emitted = self.append(verdict.emitted, verdict.kinds)
+        self.stats.record_step(len(draft), verdict.num_accepted, len(emitted))
+        if self.proposer is not None:
+            outcome = StepOutcome(draft, verdict.num_accepted, emitted, verdict.hidden, verdict.accepted_nodes)
+            self.timed(self.proposer.on_verified, self.state, outcome)
+
+    def result(self, target: _Target, wall_time_s: float) -> GenerationResult:
+        self.stats.wall_time_s = wall_time_s
+        self.stats.target_forwards = target.forwards
+        self.stats.target_time_s = target.time_s
+        self.stats.new_tokens = len(self.tokens)
+        return GenerationResult(torch.tensor(self.tokens, dtype=torch.long), self.stats, self.kinds, self.finish)
+
+
+def _check_arguments(model, input_ids, proposer, max_new_tokens, sampling, tree_acceptance):
+    """Clear errors for bad input; returns (sampling, the prompt as a 1-D LongTensor)."""
+    if tree_acceptance not in TREE_ACCEPTANCE:
+        raise ValueError(f"tree_acceptance must be one of {TREE_ACCEPTANCE}, got {tree_acceptance!r}")
+    sampling = GREEDY if sampling is None else sampling
+    if not isinstance(sampling, SamplingParams):
+        raise TypeError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
+    if proposer is not None and not isinstance(proposer, Proposer):
+        raise TypeError(f"proposer must be a specdecode_ref.proposers.Proposer, got {type(proposer).__name__}")
+    prompt = _validate(model, input_ids, max_new_tokens)
+    if proposer is not None:
+        proposer.check_compatible(model)
+    return sampling, prompt
 
 
 def _sync(device):
@@ -200,131 +348,43 @@ def generate(model, input_ids, proposer: Proposer | None = None, max_new_tokens:
     which is LOSSY: the output no longer follows the target's distribution. "typical" also
     applies to chain drafts (verified as a one-branch tree).
     """
-    if tree_acceptance not in TREE_ACCEPTANCE:
-        raise ValueError(f"tree_acceptance must be one of {TREE_ACCEPTANCE}, got {tree_acceptance!r}")
-    sampling = GREEDY if sampling is None else sampling
-    if not isinstance(sampling, SamplingParams):
-        raise TypeError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
-    if proposer is not None and not isinstance(proposer, Proposer):
-        raise TypeError(f"proposer must be a specdecode_ref.proposers.Proposer, got {type(proposer).__name__}")
-    prompt = _validate(model, input_ids, max_new_tokens)
-    if proposer is not None:
-        proposer.check_compatible(model)
-    eos = set(eos_token_ids(model, eos_token_id)) if stop_on_eos else set()
-    window = context_window(model)
-
+    sampling, prompt = _check_arguments(model, input_ids, proposer, max_new_tokens, sampling, tree_acceptance)
     device = next(model.parameters()).device
     generator = None
-    if not sampling.is_greedy:
+    if not sampling.is_greedy:  # one generator per request, never reseeded per draw
         generator = torch.Generator(device=device)
         generator.manual_seed(0 if seed is None else int(seed))
-
-    stats = SpecStats()
-    want_hidden = proposer is not None and proposer.needs_hidden_states
-    target = _Target(model, want_hidden)
-    state = DecodeState(target=model, sampling=sampling, generator=generator,
-                        prompt_len=prompt.numel(), token_list=prompt.tolist())
-    new_tokens: list = []
-    kinds: list = []
-    finish = "length"
+    target = _Target(model, want_hidden=proposer is not None and proposer.needs_hidden_states)
+    state = DecodeState(target=model, sampling=sampling, generator=generator, prompt_len=prompt.numel(),
+                        token_list=prompt.tolist())
+    eos = set(eos_token_ids(model, eos_token_id)) if stop_on_eos else set()
+    request = _Request(state, proposer, max_new_tokens, eos, context_window(model))
+    scorer = proposer.score if proposer is not None and proposer.scores_draft else None
 
     _sync(device)
     t_start = time.perf_counter()
     # Prefill: the whole prompt; its last position gives the first new token.
-    logits, hidden = target.forward(prompt, last_only=True)
-    first = int(next_token(logits[-1], sampling, generator))
-    state.prompt_hidden_states = hidden
-    stats.prefill_time_s = target.time_s
-    new_tokens.append(first)
-    kinds.append(TARGET)
-    state.token_list.append(first)
-    if first in eos:
-        finish = "eos"
-    # A proposer with ``scores_draft`` runs the verification forward itself (``score``).
-    scorer = proposer.score if proposer is not None and getattr(proposer, "scores_draft", False) else None
+    logits, state.prompt_hidden_states = target.forward(prompt, last_only=True)
+    request.stats.prefill_time_s = target.time_s
+    request.append([int(next_token(logits[-1], sampling, generator))], [TARGET])
     state.target_cache = target.cache
     if proposer is not None:
-        t0 = time.perf_counter()
-        proposer.begin(state)
-        stats.draft_time_s += time.perf_counter() - t0
+        request.timed(proposer.begin, state)
 
-    while finish != "eos" and len(new_tokens) < max_new_tokens:
-        remaining = max_new_tokens - len(new_tokens)
-        draft = Draft.empty(device)
-        if proposer is not None:
-            t0 = time.perf_counter()
-            draft = proposer.propose(state)
-            stats.draft_time_s += time.perf_counter() - t0
-            if len(draft) > proposer.k:
-                raise ValueError(f"{proposer!r} drafted {len(draft)} tokens, more than its k={proposer.k}")
-            if draft.probs is not None and draft.probs.shape[0] != len(draft):
-                raise ValueError(f"draft probs cover {draft.probs.shape[0]} positions for {len(draft)} tokens")
-            if tree_acceptance == "typical" and not sampling.is_greedy and not draft.is_tree and len(draft) > 0:
-                draft = Draft(draft.tokens, draft.probs, trees.chain_parents(len(draft)))
-            # Never draft past the token budget or the context window: they could not be emitted.
-            limit = remaining - 1
-            if window is not None:
-                limit = min(limit, window - len(state.token_list))
-            if draft.is_tree:
-                draft = _clip_tree_draft(draft, limit)
-            elif len(draft) > limit:
-                draft = Draft(draft.tokens[:limit], None if draft.probs is None else draft.probs[:limit])
-        n = len(draft)
-        committed_before = len(state.token_list)
-        path = None
-        if draft.is_tree and n > 0:
-            path, emitted, hidden, bonus = _tree_step(target, state, draft, sampling, generator, tree_acceptance)
-            num_accepted = len(path)
-            step_kinds = [ACCEPTED] * num_accepted + [BONUS if bonus else RECOVERED]
+    while not request.done:
+        # 1. Propose: up to k tokens (a chain) or a tree, cut to what could still be emitted.
+        draft = _propose(proposer, state, request, device, tree_acceptance)
+        # 2. Score the last committed token plus the draft in one target forward, 3. verify, and
+        #    roll the target cache back to what verification kept.
+        if draft.is_tree and len(draft) > 0:
+            verdict = _tree_step(target, state, draft, sampling, generator, tree_acceptance)
         else:
-            ids = [state.token_list[-1]] + draft.tokens.tolist()
-            if scorer is None:
-                logits, hidden = target.forward(ids)
-            else:
-                logits, hidden = target.score_with(scorer, state, ids)
-            if n == 0:
-                emitted = [int(next_token(logits[-1], sampling, generator))]
-                num_accepted = 0
-            else:
-                draft_tokens = draft.tokens.to(device).long()[None]
-                if sampling.is_greedy:
-                    out, acc = greedy_verify(logits[None], draft_tokens)
-                else:
-                    probs = logits_to_probs(logits, sampling)
-                    q = None if draft.probs is None else draft.probs[None]
-                    out, acc = rejection_sample(probs[None], draft_tokens, q, generator)
-                num_accepted = int(acc[0])
-                emitted = out[0, : num_accepted + 1].tolist()
-            # Roll the target cache back to the committed prefix (minus the newest token).
-            kv.crop_to(target.cache, committed_before + num_accepted)
-            step_kinds = [ACCEPTED] * num_accepted + [TARGET if n == 0 else (BONUS if num_accepted == n else RECOVERED)]
-            if draft.is_tree:  # a tree clipped to nothing by the token budget
-                path = []
-        # EOS inside the emitted tokens ends generation; max_new_tokens is exact.
-        emitted = emitted[:remaining]
-        for i, tok in enumerate(emitted):
-            if tok in eos:
-                emitted = emitted[: i + 1]
-                finish = "eos"
-                break
-        stats.record_step(n, num_accepted, len(emitted))
-        new_tokens.extend(emitted)
-        kinds.extend(step_kinds[: len(emitted)])
-        state.token_list.extend(emitted)
-        if proposer is not None:
-            t0 = time.perf_counter()
-            step_hidden = None if hidden is None else tuple(h[: num_accepted + 1] for h in hidden)
-            # Tree drafts also say which nodes were accepted (to roll back along the right branch).
-            outcome = StepOutcome(draft, num_accepted, emitted, step_hidden, accepted_nodes=path)
-            proposer.on_verified(state, outcome)
-            stats.draft_time_s += time.perf_counter() - t0
+            verdict = _chain_step(target, state, draft, sampling, generator, scorer)
+        # 4. Commit the emitted tokens (up to EOS and max_new_tokens); the proposer rolls back.
+        request.commit(draft, verdict)
 
     _sync(device)
-    stats.wall_time_s = time.perf_counter() - t_start
-    stats.target_forwards = target.forwards
-    stats.target_time_s = target.time_s
-    stats.new_tokens = len(new_tokens)
-    return GenerationResult(torch.tensor(new_tokens, dtype=torch.long), stats, kinds, finish)
+    return request.result(target, time.perf_counter() - t_start)
 
 
 def autoregressive_generate(model, input_ids, max_new_tokens: int = 128,

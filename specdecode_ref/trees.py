@@ -9,11 +9,12 @@ its depth, and mask every node's attention down to the committed prefix plus its
 path. Each node's logits are then exactly those the target would give the path as a plain
 sequence; siblings never see each other.
 
-Representation: ``parents``, a LongTensor [n] of parent indices. ``parents[i] = -1`` means node i
-hangs directly under the root (the last committed token, which the target re-reads at the start
-of every step); otherwise ``parents[i] = j < i``. Pointing only backwards makes the order
+Representation: ``parents``, a LongTensor [n] of parent indices. ``parents[i] = ROOT`` (-1) means
+node i hangs directly under the root (the last committed token, which the target re-reads at the
+start of every step); otherwise ``parents[i] = j < i``. Pointing only backwards makes the order
 topological (a parent always comes before its children), so any prefix of the nodes is itself a
-tree, and a chain of n tokens is ``[-1, 0, 1, ..., n-2]``.
+tree, and a chain of n tokens is ``[-1, 0, 1, ..., n-2]``. Every function here takes ``parents``
+as [n] (a LongTensor or a sequence of ints, checked by :func:`validate_parents`).
 
 **Slots.** The target forward reads ``[root] + nodes``: slot 0 is the root and slot ``i + 1`` is
 node i. Row s of the target's logits predicts the token *after* slot s, so a node is checked
@@ -35,6 +36,10 @@ from typing import NamedTuple, Sequence
 
 import torch
 
+# The parent index of a node that hangs directly under the root. -1 so that ``parents[i] + 1`` is
+# always the parent's slot (the root is slot 0) and a chain is ``arange(n) - 1``.
+ROOT = -1
+
 
 # --------------------------------------------------------------------------------------------
 # Structure: parents, depths, ancestors, children, paths.
@@ -43,7 +48,7 @@ import torch
 def validate_parents(parents, n: int | None = None) -> torch.Tensor:
     """``parents`` as a 1-D LongTensor on the CPU, after checking it describes a tree.
 
-    Every entry must be -1 (a child of the root) or the index of an *earlier* node: that rules
+    Every entry must be ROOT (a child of the root) or the index of an *earlier* node: that rules
     out cycles and self-loops and makes the node order topological. ``n``, when given, is the
     number of draft tokens the parents must match. Raises ValueError (TypeError for non-integer
     input) with the offending index.
@@ -66,16 +71,16 @@ def validate_parents(parents, n: int | None = None) -> torch.Tensor:
     if n is not None and t.numel() != n:
         raise ValueError(f"parents has {t.numel()} entries for {n} draft tokens: one parent per node")
     idx = torch.arange(t.numel())
-    bad_low = t < -1
+    bad_low = t < ROOT
     if bad_low.any():
         i = int(idx[bad_low][0])
-        raise ValueError(f"parents[{i}] = {int(t[i])}: a parent is -1 (the root, the last committed "
+        raise ValueError(f"parents[{i}] = {int(t[i])}: a parent is {ROOT} (the root, the last committed "
                          "token) or the index of an earlier node")
     bad_order = t >= idx
     if bad_order.any():
         i = int(idx[bad_order][0])
         raise ValueError(f"parents[{i}] = {int(t[i])} does not point to an earlier node: parents must point to "
-                         "earlier indices (-1 = the root), so a parent always comes before its children")
+                         f"earlier indices ({ROOT} = the root), so a parent always comes before its children")
     return t
 
 
@@ -96,7 +101,7 @@ def tree_depths(parents) -> torch.Tensor:
     p = validate_parents(parents).tolist()
     depth = []
     for par in p:  # parents come first, so their depth is known
-        depth.append(1 if par < 0 else depth[par] + 1)
+        depth.append(1 if par == ROOT else depth[par] + 1)
     return torch.tensor(depth, dtype=torch.long)
 
 
@@ -110,7 +115,7 @@ def ancestor_matrix(parents) -> torch.Tensor:
     n = len(p)
     a = torch.zeros(n, n, dtype=torch.bool)
     for i, par in enumerate(p):
-        if par >= 0:
+        if par != ROOT:
             a[i] = a[par]
         a[i, i] = True
     return a
@@ -132,7 +137,7 @@ def path_to(parents, node: int) -> list:
     if not 0 <= node < len(p):
         raise ValueError(f"node {node} out of range for a tree of {len(p)} nodes")
     path = [node]
-    while p[path[-1]] >= 0:
+    while p[path[-1]] != ROOT:
         path.append(p[path[-1]])
     return path[::-1]
 
@@ -209,7 +214,8 @@ def kept_positions(past_len: int, path: Sequence[int]) -> torch.Tensor:
     """Cache positions to keep after verification: the prefix, the root, the accepted path.
 
     Node i sits at cache position ``past_len + 1 + i``; the path's nodes are kept in path order.
-    Feed the result to ``kv.keep_positions``.
+    path: [m] node indices, root side first. Returns a LongTensor [past_len + 1 + m]; feed it to
+    ``kv.keep_positions``.
     """
     path = [int(i) for i in path]
     return torch.tensor(list(range(past_len + 1)) + [past_len + 1 + i for i in path], dtype=torch.long)
@@ -261,7 +267,7 @@ def tree_from_choices(choices) -> ChoiceTree:
     parents = []
     for t in ordered:
         if len(t) == 1:
-            parents.append(-1)
+            parents.append(ROOT)
         elif t[:-1] in index:
             parents.append(index[t[:-1]])
         else:
@@ -273,8 +279,8 @@ def tree_from_choices(choices) -> ChoiceTree:
 def clip_tree(parents, max_depth: int | None = None, max_nodes: int | None = None):
     """Drop nodes deeper than ``max_depth`` and all nodes after the first ``max_nodes``.
 
-    Returns ``(new_parents, keep)``: ``keep`` (LongTensor, increasing) are the kept nodes' old
-    indices, ``new_parents`` their parents re-indexed. Both rules keep every kept node's
+    Returns ``(new_parents [n'], keep [n'])``: ``keep`` (LongTensor, increasing) are the kept
+    nodes' old indices, ``new_parents`` their parents re-indexed. Both rules keep every kept node's
     ancestors (ancestors are shallower and earlier), so the result is a tree. The engine clips to
     the token budget and the context window: a node deeper than what can still be emitted could
     never be used.
@@ -290,7 +296,7 @@ def clip_tree(parents, max_depth: int | None = None, max_nodes: int | None = Non
             raise ValueError(f"max_nodes must be >= 0, got {max_nodes}")
         keep[max_nodes:] = False
     kept = torch.nonzero(keep).flatten()
-    new_index = torch.full((p.numel() + 1,), -1, dtype=torch.long)  # entry 0: the root
+    new_index = torch.full((p.numel() + 1,), ROOT, dtype=torch.long)  # by old slot; entry 0: the root
     new_index[kept + 1] = torch.arange(kept.numel())
     new_parents = new_index[p[kept] + 1]
     return new_parents, kept

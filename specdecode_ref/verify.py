@@ -1,10 +1,11 @@
 """Verification: decide which drafted tokens the target keeps, and which token it adds.
 
-Both functions take a batch of drafts of K tokens and the target's scores at the K+1 positions
-(the last committed token plus the K drafts) and return ``(tokens [B, K+1], num_accepted [B])``:
-row b emits ``tokens[b, :num_accepted[b] + 1]`` (the accepted drafts, then the recovered or bonus
-token) and the rest of the row is -1. Draft rows shorter than K may be padded with -1 (never
-accepted; the token at that position is then sampled from the target alone).
+Both chain functions take a batch of drafts of K tokens and the target's scores at the K+1
+positions (the last committed token plus the K drafts) and return ``(tokens [B, K+1],
+num_accepted [B])``: row b emits ``tokens[b, :num_accepted[b] + 1]`` (the accepted drafts, then
+the recovered or bonus token) and the rest of the row is PLACEHOLDER_TOKEN_ID. Draft rows shorter
+than K may be padded with PLACEHOLDER_TOKEN_ID (never accepted; the token at that position is then
+sampled from the target alone). Shapes: B requests, K drafted tokens, V the vocabulary.
 
 Production counterparts: vLLM ``vllm/v1/sample/rejection_sampler.py``; transformers
 ``generation/utils.py`` (``_speculative_sampling``).
@@ -12,6 +13,12 @@ Production counterparts: vLLM ``vllm/v1/sample/rejection_sampler.py``; transform
 from __future__ import annotations
 
 import torch
+
+from .trees import ROOT, validate_parents
+
+# Fills the unused tail of every output row and pads draft rows shorter than K; never a real token
+# id. vLLM's name for the same value: ``vllm/v1/sample/rejection_sampler.py``.
+PLACEHOLDER_TOKEN_ID = -1
 
 
 def _check(scores: torch.Tensor, draft_tokens: torch.Tensor, name: str):
@@ -36,16 +43,21 @@ def _accepted_length(accept: torch.Tensor) -> torch.Tensor:
 
 
 def _assemble(draft_tokens, num_accepted, next_tokens):
+    """[B, K] drafts, [B] accepted lengths, [B] next tokens -> the output rows [B, K+1]."""
     b, k = draft_tokens.shape
     pos = torch.arange(k + 1, device=draft_tokens.device).expand(b, k + 1)
-    padded = torch.cat([draft_tokens, draft_tokens.new_full((b, 1), -1)], dim=1)
-    out = torch.where(pos < num_accepted[:, None], padded, torch.full_like(padded, -1))
+    padded = torch.cat([draft_tokens, draft_tokens.new_full((b, 1), PLACEHOLDER_TOKEN_ID)], dim=1)
+    out = torch.where(pos < num_accepted[:, None], padded, torch.full_like(padded, PLACEHOLDER_TOKEN_ID))
     out.scatter_(1, num_accepted[:, None], next_tokens[:, None])
     return out
 
 
 def greedy_verify(target_logits: torch.Tensor, draft_tokens: torch.Tensor):
-    """Accept drafts while they equal the target's argmax; then emit the target's argmax."""
+    """Accept drafts while they equal the target's argmax; then emit the target's argmax.
+
+    target_logits: [B, K+1, V], the target's scores after the last committed token and after each
+    draft. draft_tokens: [B, K] long. Returns ``(tokens [B, K+1] long, num_accepted [B] long)``.
+    """
     _check(target_logits, draft_tokens, "target_logits")
     argmax = target_logits.argmax(dim=-1)  # [B, K+1]
     num_accepted = _accepted_length(argmax[:, :-1] == draft_tokens)
@@ -62,12 +74,16 @@ def rejection_sample(target_probs: torch.Tensor, draft_tokens: torch.Tensor,
     token is drawn from the residual max(p_i - q_i, 0) renormalised; if all K pass, a bonus token is
     drawn from p_K. ``draft_probs=None`` means a deterministic proposer (q one-hot on its token).
     All randomness comes from ``generator``: pass one per request and never reseed it per draw.
+
+    target_probs: [B, K+1, V], already processed by the request's SamplingParams. draft_tokens:
+    [B, K] long (PLACEHOLDER_TOKEN_ID pads a shorter row). draft_probs: [B, K, V], the q each
+    token was drawn from, or None. Returns ``(tokens [B, K+1] long, num_accepted [B] long)``.
     """
     _check(target_probs, draft_tokens, "target_probs")
     b, k1, v = target_probs.shape
     k = k1 - 1
     p = target_probs.float()
-    valid = draft_tokens >= 0
+    valid = draft_tokens >= 0  # PLACEHOLDER_TOKEN_ID pads short rows
     safe_tokens = draft_tokens.clamp(min=0)
     p_draft = p[:, :k].gather(2, safe_tokens[..., None]).squeeze(-1)  # [B, K]
     if draft_probs is None:
@@ -107,15 +123,14 @@ def rejection_sample(target_probs: torch.Tensor, draft_tokens: torch.Tensor,
 # ================================================================================================
 # Tree verification (trees.py): one target forward scored the root (slot 0) and n tree nodes
 # (slot i + 1 = node i); row s of the target's scores is its distribution after slot s, so node i
-# is checked against row parents[i] + 1. Each function returns
+# is checked against row parents[i] + 1. Shapes: n tree nodes; the target's scores [n+1, V];
+# parents [n] (trees.ROOT for a child of the root); draft_tokens [n] long. Each function returns
 # ``(accepted, emitted)``: ``accepted`` the node indices of the accepted root-to-node path (a
-# LongTensor, possibly empty), ``emitted`` the token ids the step commits (LongTensor of
-# len(accepted) + 1: the accepted tokens, then one token from the target).
+# LongTensor [m], possibly empty), ``emitted`` the token ids the step commits (LongTensor [m+1]:
+# the accepted tokens, then one token from the target).
 # ================================================================================================
 
 def _check_tree(scores: torch.Tensor, parents, draft_tokens: torch.Tensor, name: str):
-    from .trees import validate_parents
-
     if scores.dim() != 2:
         raise ValueError(f"{name} must be [n+1, V] (the root, then the n tree nodes), got shape {tuple(scores.shape)}")
     if not isinstance(draft_tokens, torch.Tensor) or draft_tokens.dim() != 1:
@@ -141,18 +156,21 @@ def tree_greedy_verify(target_logits: torch.Tensor, parents, draft_tokens: torch
     the deepest node whose whole path is correct (ties: the first such node). With distinct
     sibling tokens at most one child of a node can be correct, so the path is unique and the
     output equals plain greedy decoding, as for a chain.
+
+    target_logits: [n+1, V] (row 0 the root, row i+1 node i). parents: [n]. draft_tokens: [n]
+    long. Returns ``(accepted [m] long, emitted [m+1] long)``.
     """
     p, toks = _check_tree(target_logits, parents, draft_tokens, "target_logits")
     argmax = target_logits.argmax(dim=-1).tolist()
-    good_depth = []  # length of the all-correct path ending at node i, or -1
-    best, best_len = -1, 0
+    good_depth = []  # length of the all-correct path ending at node i, 0 if there is none
+    best, best_len = ROOT, 0  # the deepest such node so far (the root: nothing accepted)
     for i, par in enumerate(p):
-        ok = toks[i] == argmax[par + 1] and (par < 0 or good_depth[par] > 0)
-        good_depth.append((1 if par < 0 else good_depth[par] + 1) if ok else -1)
+        ok = toks[i] == argmax[par + 1] and (par == ROOT or good_depth[par] > 0)
+        good_depth.append((1 if par == ROOT else good_depth[par] + 1) if ok else 0)
         if good_depth[i] > best_len:
             best, best_len = i, good_depth[i]
     path = []
-    while best >= 0:
+    while best != ROOT:
         path.append(best)
         best = p[best]
     path.reverse()
@@ -194,7 +212,9 @@ def tree_rejection_sample(target_probs: torch.Tensor, parents, draft_tokens: tor
     to the first stage (r = p) the slot emits y ~ p. For one-hot q_j the residual is r with x_j
     removed, the same rule. Every draw uses ``generator``, never the global RNG.
 
-    Returns ``(accepted node indices, emitted tokens)``, like :func:`tree_greedy_verify`.
+    target_probs: [n+1, V], processed by the request's SamplingParams. parents: [n].
+    draft_tokens: [n] long. draft_probs: [n, V] or None. Returns ``(accepted node indices [m],
+    emitted tokens [m+1])``, like :func:`tree_greedy_verify`.
     """
     p_list, toks = _check_tree(target_probs, parents, draft_tokens, "target_probs")
     n, v = len(toks), target_probs.shape[1]
@@ -256,6 +276,9 @@ def typical_accept(target_probs: torch.Tensor, parents, draft_tokens: torch.Tens
     every time it is drafted instead of 30 % of the time. Use it only where "plausible text" is
     enough; :func:`tree_rejection_sample` is the lossless alternative. With a greedy (one-hot) p
     it reduces to :func:`tree_greedy_verify`.
+
+    target_probs: [n+1, V]. parents: [n]. draft_tokens: [n] long. Returns ``(accepted [m],
+    emitted [m+1])``, like :func:`tree_greedy_verify`.
     """
     p_list, toks = _check_tree(target_probs, parents, draft_tokens, "target_probs")
     if not epsilon >= 0 or not delta >= 0:
@@ -263,15 +286,15 @@ def typical_accept(target_probs: torch.Tensor, parents, draft_tokens: torch.Tens
     probs = target_probs.float()
     entropy = -(probs * torch.log(probs.clamp(min=1e-30))).sum(dim=-1)  # [n+1]
     threshold = torch.minimum(torch.full_like(entropy, float(epsilon)), delta * torch.exp(-entropy))
-    good_depth = []
-    best, best_len = -1, 0
+    good_depth = []  # length of the all-typical path ending at node i, 0 if there is none
+    best, best_len = ROOT, 0
     for i, par in enumerate(p_list):
-        ok = float(probs[par + 1, toks[i]]) > float(threshold[par + 1]) and (par < 0 or good_depth[par] > 0)
-        good_depth.append((1 if par < 0 else good_depth[par] + 1) if ok else -1)
+        ok = float(probs[par + 1, toks[i]]) > float(threshold[par + 1]) and (par == ROOT or good_depth[par] > 0)
+        good_depth.append((1 if par == ROOT else good_depth[par] + 1) if ok else 0)
         if good_depth[i] > best_len:
             best, best_len = i, good_depth[i]
     path = []
-    while best >= 0:
+    while best != ROOT:
         path.append(best)
         best = p_list[best]
     path.reverse()

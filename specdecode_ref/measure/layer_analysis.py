@@ -253,7 +253,7 @@ class LayerCallTrace:
             if self.proposer is not None:
                 wrap("begin", "begin")
                 wrap("propose", "draft", new_step=True)
-                if hasattr(self.proposer, "score"):
+                if self.proposer.scores_draft:  # it runs the verification forward itself
                     wrap("score", "verify")
                 wrap("on_verified", "catch-up")
             yield self

@@ -54,8 +54,9 @@ class StepRecord:
 
 
 class AdaptiveK(Proposer):
-    """Base wrapper: delegates everything to ``proposer`` and sets ``proposer.k = self.k`` before
-    each ``propose``. Subclasses implement :meth:`update` (and :meth:`reset` for their state).
+    """Base wrapper: delegates everything to ``proposer`` (every capability declared on Proposer)
+    and sets ``proposer.k = self.k`` before each ``propose``. Subclasses implement :meth:`update`
+    (and :meth:`reset` for their state).
 
     k_init: the first step's k (default: the wrapped proposer's k); k_min / k_max bound every
     choice (k_max None = no upper bound). carry_over: keep the learned k and statistics from one
@@ -81,7 +82,6 @@ class AdaptiveK(Proposer):
         self.k_init = self._clip(k0)
         self.k = self.k_init
         self.carry_over = carry_over
-        self.needs_hidden_states = proposer.needs_hidden_states
         self.name = f"{type(self).__name__}({proposer.name})"
         self.history: list = []
         self._started = False
@@ -114,6 +114,20 @@ class AdaptiveK(Proposer):
             self.k = self.k_init
             self.reset()
         self._started = True
+
+    # Every capability declared on Proposer is the wrapped proposer's: a wrapper that dropped one
+    # would run, for instance, early exit without its own scorer, on a cache its draft has already
+    # written to (tests/proposers/test_adaptive.py checks that none is left out).
+    @property
+    def needs_hidden_states(self) -> bool:
+        return self.proposer.needs_hidden_states
+
+    @property
+    def scores_draft(self) -> bool:
+        return self.proposer.scores_draft
+
+    def score(self, state: DecodeState, ids: list):
+        return self.proposer.score(state, ids)
 
     def check_compatible(self, target) -> None:
         self.proposer.check_compatible(target)

@@ -19,14 +19,14 @@ from ..sampling import SamplingParams
 
 @dataclass
 class Draft:
-    """Up to k drafted tokens.
+    """Up to k drafted tokens, a chain or a tree.
 
-    tokens: LongTensor [n] (n may be 0: nothing to propose, the step decodes one token plainly).
+    tokens: LongTensor [n], n <= k (n may be 0: nothing to propose, the step decodes one token plainly).
     probs: FloatTensor [n, V], the proposer's distribution q at each drafted position, processed
         with the request's SamplingParams; None for a deterministic proposer (q one-hot). For a
         tree, row i is the distribution node i was drawn from (siblings drawn independently).
-    parents: LongTensor [n] of parent indices for a tree draft (-1 = the last committed token);
-        None for a chain, where token i's parent is i - 1.
+    parents: LongTensor [n] of parent indices for a tree draft (``trees.ROOT`` = -1: the last
+        committed token); None for a chain, where token i's parent is i - 1.
     """
 
     tokens: torch.Tensor
@@ -66,7 +66,7 @@ class DecodeState:
         return next(self.target.parameters()).device
 
     def tokens(self) -> torch.Tensor:
-        """Committed ids as a 1-D LongTensor on the target's device."""
+        """Committed ids, a LongTensor [num_tokens] on the target's device."""
         return torch.tensor(self.token_list, dtype=torch.long, device=self.device)
 
 
@@ -76,16 +76,31 @@ class StepOutcome:
 
     draft: Draft
     num_accepted: int
-    emitted: list  # token ids appended this step (accepted drafts then one target token), maybe cut by EOS/length
+    emitted: list  # [num_accepted + 1] ids appended this step: accepted drafts, one target token; EOS may cut it
     hidden_states: tuple | None = None  # per layer [num_accepted + 1, H]: positions last, d1..d_acc
-    accepted_nodes: list | None = None  # tree drafts: indices of the accepted nodes, root side first
+    accepted_nodes: list | None = None  # tree drafts: [num_accepted] accepted node indices, root side first
 
 
 class Proposer(ABC):
-    """Base class of all drafters. Subclasses set ``k`` and implement ``propose``."""
+    """Base class of all drafters. Subclasses set ``k`` and implement ``propose``.
+
+    Everything else the engine relies on is declared here, with a default that suits a proposer
+    reading only token ids (n-gram); a drafter overrides what it needs. A wrapper
+    (adaptive.AdaptiveK) forwards every one of them to the proposer it wraps:
+
+    * ``check_compatible(target)``: refuse a target it cannot draft for, before anything runs;
+    * ``begin(state)`` / ``on_verified(state, outcome)``: start a request; roll its own state
+      back after each step;
+    * ``needs_hidden_states``: the engine collects the target's hidden states for both;
+    * ``scores_draft`` with ``score(state, ids)``: the proposer runs the verification forward
+      itself (early exit: the draft already wrote the first layers' keys and values).
+
+    Drafting a tree needs no declaration: a proposer returns a Draft with ``parents``.
+    """
 
     name = "proposer"
-    needs_hidden_states = False  # set True to receive the target's hidden states
+    needs_hidden_states = False  # True: receive the target's hidden states in begin and on_verified
+    scores_draft = False  # True: the engine calls score() instead of its own verification forward
 
     def __init__(self, k: int):
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
@@ -100,7 +115,18 @@ class Proposer(ABC):
 
     @abstractmethod
     def propose(self, state: DecodeState) -> Draft:
-        """Draft up to ``self.k`` tokens continuing ``state.token_list``."""
+        """Draft up to ``self.k`` tokens continuing ``state.token_list``: a Draft with tokens [n],
+        probs [n, V] or None, parents [n] (a tree) or None (a chain)."""
+
+    def score(self, state: DecodeState, ids: list) -> torch.Tensor:
+        """The verification forward, run by the proposer (only when ``scores_draft``).
+
+        ids: [n+1] token ids, the last committed token then a chain draft of n tokens. Must return
+        the target's logits [n+1, V], exactly those of a plain target forward, and leave the target
+        cache (``state.target_cache``) holding these n+1 positions in every layer, as that forward
+        would: the engine then crops it to what verification kept.
+        """
+        raise NotImplementedError(f"{type(self).__name__} sets scores_draft but does not implement score()")
 
     def on_verified(self, state: DecodeState, outcome: StepOutcome) -> None:
         """Roll back own state to the committed tokens (``state.token_list`` is already updated)."""

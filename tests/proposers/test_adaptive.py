@@ -1,11 +1,14 @@
-"""Adaptive-K controllers: lossless (only the draft length changes) and moving k the right way."""
+"""Adaptive-K controllers: lossless (only the draft length changes), moving k the right way, and
+transparent wrappers (every capability of the wrapped proposer passed on)."""
+import inspect
+
 import numpy as np
 import pytest
 import torch
 
-from specdecode_ref import SamplingParams, autoregressive_generate, generate
-from specdecode_ref.proposers.adaptive import FixedK, GoodputK, HeuristicK, draft_match_profile, replay
-from specdecode_ref.proposers import Draft, NgramProposer, Proposer
+from specdecode_ref import SamplingParams, autoregressive_generate, chat_ids, generate
+from specdecode_ref.proposers.adaptive import AdaptiveK, FixedK, GoodputK, HeuristicK, draft_match_profile, replay
+from specdecode_ref.proposers import DecodeState, Draft, NgramProposer, Proposer, StepOutcome, load_proposer
 
 RISING = lambda k: 1.0 + 0.1 * k  # noqa: E731  a verify cost that grows with k, so long drafts must earn their keep
 
@@ -213,3 +216,153 @@ def test_bad_arguments():
         h.observe(2, 3)
     with pytest.raises(TypeError):
         draft_match_profile(object(), [1, 2], [3, 4])
+
+
+# ---- wrappers pass on every capability -----------------------------------------------------
+
+WRAPPERS = {"fixed": FixedK, "heuristic": HeuristicK,
+            "goodput": lambda p: GoodputK(p, verify_cost=RISING, k_max=6)}
+# Public names on Proposer that a wrapper keeps as its own, and why.
+NOT_FORWARDED = {"name": "a wrapper names itself after the proposer it wraps, e.g. HeuristicK(ngram)"}
+RETURNED = object()
+
+
+class Spy(Proposer):
+    """A proposer whose hooks and flags the test sets one at a time."""
+
+    def propose(self, state):
+        raise AssertionError("replaced by the test")
+
+
+def capabilities() -> list:
+    """Every public name declared on Proposer: the hooks and flags the engine may read."""
+    return sorted(n for n in vars(Proposer) if not n.startswith("_") and n not in NOT_FORWARDED)
+
+
+def example_args(name: str) -> tuple:
+    state = DecodeState(target=torch.nn.Linear(1, 1), sampling=SamplingParams(), generator=None,
+                        prompt_len=1, token_list=[1, 2])
+    examples = {"target": torch.nn.Linear(1, 1), "state": state, "ids": [2, 5],
+                "outcome": StepOutcome(Draft(torch.tensor([5])), 1, [5, 6])}
+    params = list(inspect.signature(getattr(Proposer, name)).parameters)[1:]
+    missing = [p for p in params if p not in examples]
+    assert not missing, f"Proposer.{name} takes {missing}: give the test an example argument for it"
+    return tuple(examples[p] for p in params)
+
+
+def unforwarded(wrap) -> list:
+    """The capabilities of Proposer that ``wrap(inner)`` does not pass on to ``inner``: a hook the
+    wrapper does not call on inner with the same arguments (returning inner's result when the hook
+    returns something), a flag it does not read from inner at the time it is asked."""
+    missing = []
+    for name in capabilities():
+        inner = Spy(k=2)
+        default = getattr(Proposer, name)
+        if callable(default):
+            args, calls = example_args(name), []
+            setattr(inner, name, lambda *a: calls.append(a) or RETURNED)
+            try:
+                result = getattr(wrap(inner), name)(*args)
+            except NotImplementedError:  # the base class's own hook ran
+                result = None
+            returns = inspect.signature(default).return_annotation not in ("None", None)
+            ok = calls == [args] and (result is RETURNED or not returns)
+        else:
+            wrapper = wrap(inner)
+            ok = True
+            for value in (object(), object()):  # changed after wrapping: read live, not copied once
+                setattr(inner, name, value)
+                ok = ok and getattr(wrapper, name) is value
+        if not ok:
+            missing.append(name)
+    return missing
+
+
+def plant_old_forwarding(monkeypatch):
+    """AdaptiveK as it first was: needs_hidden_states copied once, scores_draft and score dropped."""
+    init = AdaptiveK.__init__
+
+    def old_init(self, proposer, *args, **kwargs):
+        init(self, proposer, *args, **kwargs)
+        self.needs_hidden_states = proposer.needs_hidden_states
+
+    monkeypatch.setattr(AdaptiveK, "needs_hidden_states", False)
+    monkeypatch.setattr(AdaptiveK, "scores_draft", False)
+    monkeypatch.delattr(AdaptiveK, "score")
+    monkeypatch.setattr(AdaptiveK, "__init__", old_init)
+
+
+def test_capabilities_are_declared_on_the_base():
+    assert {"check_compatible", "begin", "propose", "on_verified", "needs_hidden_states", "scores_draft",
+            "score"} <= set(capabilities())
+
+
+@pytest.mark.parametrize("wrapper", WRAPPERS)
+def test_wrapper_forwards_every_capability(wrapper):
+    assert unforwarded(WRAPPERS[wrapper]) == []
+
+
+def test_forwarding_check_catches_a_dropped_capability(monkeypatch):
+    plant_old_forwarding(monkeypatch)
+    assert unforwarded(FixedK) == ["needs_hidden_states", "score", "scores_draft"]
+
+
+# ---- wrapped model-based drafters on the real model (fp32): exact, and on their fast path ----
+
+@pytest.fixture(scope="module")
+def chat(embedded):
+    model, tok = embedded
+    ids = chat_ids(tok, "Explain speculative decoding in two sentences.")
+    return ids, autoregressive_generate(model, ids, max_new_tokens=32, stop_on_eos=False).tokens
+
+
+def counting_scorer(proposer) -> list:
+    """Record the length of every verification forward the proposer's own scorer runs."""
+    calls, score = [], proposer.score
+    proposer.score = lambda state, ids: calls.append(len(ids)) or score(state, ids)
+    return calls
+
+
+@pytest.mark.parametrize("wrapper", WRAPPERS)
+def test_wrapped_early_exit_is_exact_and_keeps_its_scorer(embedded, chat, wrapper):
+    model, _ = embedded
+    ids, plain = chat
+    inner = load_proposer("early-exit", model)
+    calls = counting_scorer(inner)
+    out = generate(model, ids, proposer=WRAPPERS[wrapper](inner), max_new_tokens=32, stop_on_eos=False)
+    assert torch.equal(out.tokens, plain)
+    assert out.stats.accepted > 0
+    # Every verification went through early exit's scorer (first layers reused), one per step,
+    # and the engine ran no forward of its own besides the prefill.
+    assert calls == [n + 1 for n in out.stats.draft_lengths]
+    assert out.stats.target_forwards == out.stats.steps + 1
+
+
+def test_fixed_k_early_exit_matches_the_bare_drafter(embedded, chat):
+    model, _ = embedded
+    ids, _ = chat
+    bare = generate(model, ids, proposer=load_proposer("early-exit", model), max_new_tokens=32, stop_on_eos=False)
+    wrapped = generate(model, ids, proposer=FixedK(load_proposer("early-exit", model)), max_new_tokens=32,
+                       stop_on_eos=False)
+    assert wrapped.stats.accepted_lengths == bare.stats.accepted_lengths
+    assert wrapped.stats.target_forwards == bare.stats.target_forwards
+
+
+@pytest.mark.parametrize("name", ["draft", "eagle"])
+def test_wrapped_model_drafters_equal_plain(embedded, chat, name):
+    model, _ = embedded
+    ids, plain = chat
+    wrapped = HeuristicK(load_proposer(name, model))
+    out = generate(model, ids, proposer=wrapped, max_new_tokens=32, stop_on_eos=False)
+    assert torch.equal(out.tokens, plain)
+    assert out.stats.accepted > 0 and len(set(wrapped.k_trace)) > 1  # k moved, output did not
+
+
+def test_early_exit_wrapped_the_old_way_breaks(embedded, chat, monkeypatch):
+    """Without its scorer, verification runs the full target over a cache whose first layers
+    already hold the drafted tokens: the shapes no longer match."""
+    model, _ = embedded
+    ids, _ = chat
+    plant_old_forwarding(monkeypatch)
+    with pytest.raises(RuntimeError, match="size of tensor"):
+        generate(model, ids, proposer=HeuristicK(load_proposer("early-exit", model)), max_new_tokens=32)
