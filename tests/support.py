@@ -61,3 +61,21 @@ def sampled_joint_pvalue(model, prompt, proposer_factory, sampling, n=3000, step
                            sampling=sampling, seed=seed).tokens.tolist()
         counts[np.ravel_multi_index(toks, (v,) * steps)] += 1
     return chi2_pvalue(counts, exact_joint(model, prompt, steps, sampling))
+
+
+class RecordsAccepted:
+    """Mixin for proposers under test: ``accepted`` lists every step's accepted drafts, and
+    ``check(state, outcome)`` runs after each step's own ``on_verified`` (override it to assert
+    the proposer's state)."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.accepted = []
+
+    def on_verified(self, state, outcome):
+        super().on_verified(state, outcome)
+        self.accepted.append(outcome.num_accepted)
+        self.check(state, outcome)
+
+    def check(self, state, outcome):
+        pass

@@ -5,11 +5,13 @@ import copy
 import pytest
 import torch
 
-from support import make_tiny_llama, sampled_joint_pvalue
+from support import RecordsAccepted, make_tiny_llama, sampled_joint_pvalue
 from specdecode_ref import SamplingParams, autoregressive_generate, generate, kv
 from specdecode_ref.training import distill, train
 from specdecode_ref.proposers.draft_model import DraftModelProposer, build_draft_model
-from specdecode_ref.proposers.early_exit import EarlyExitProposer, build_adapter, causal_mask
+from specdecode_ref.masks import causal_mask
+from specdecode_ref.proposers.early_exit import EarlyExitProposer, build_adapter
+from specdecode_ref.proposers import shipped
 
 
 def noisy(module, scale, seed):
@@ -34,16 +36,10 @@ def noisy_draft(target, scale=0.6, seed=0, layers=(0, 1, 2, 3)):
 
 # --- draft model ---------------------------------------------------------------------------------
 
-class CheckedDraft(DraftModelProposer):
+class CheckedDraft(RecordsAccepted, DraftModelProposer):
     """Checks after every step that the draft cache equals a fresh prefill of committed tokens."""
 
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.accepted = []
-
-    def on_verified(self, state, outcome):
-        super().on_verified(state, outcome)
-        self.accepted.append(outcome.num_accepted)
+    def check(self, state, outcome):
         n = kv.cache_len(self.cache)
         committed_before = len(state.token_list) - len(outcome.emitted)
         assert n == min(committed_before + self.k - 1, committed_before + outcome.num_accepted)
@@ -164,17 +160,11 @@ def test_vocabulary_mismatch_is_a_clear_error(target4):
 
 # --- early exit ----------------------------------------------------------------------------------
 
-class CheckedExit(EarlyExitProposer):
+class CheckedExit(RecordsAccepted, EarlyExitProposer):
     """After every step: the shared cache equals a fresh prefill in *every* layer, and the adapter's
     cache equals a fresh adapter pass over the committed prefix."""
 
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.accepted = []
-
-    def on_verified(self, state, outcome):
-        super().on_verified(state, outcome)
-        self.accepted.append(outcome.num_accepted)
+    def check(self, state, outcome):
         ids = torch.tensor([state.token_list[:-1]])
         fresh = kv.new_cache(self.target)
         out = self.target(input_ids=ids, past_key_values=fresh, use_cache=True, output_hidden_states=True)
@@ -329,7 +319,7 @@ def test_save_and_load_draft_roundtrip(target4, tmp_path):
 
     d = noisy_draft(target4, 0.5, 1)
     path = draft_model.save_draft(d, tmp_path / "d.safetensors", {"note": "test"})
-    meta = draft_model.weights_metadata(path)
+    meta = shipped.weights_metadata(path)
     assert meta["init_layers"] == "[0, 1, 2, 3]" and meta["note"] == "test"
     with pytest.raises(ValueError, match="SmolLM2"):
         draft_model.load_draft_model(target4, path)  # shipped loaders refuse a foreign target

@@ -5,7 +5,7 @@ derive_choices, training lowers the loss, and the weights' save/load round trip.
 import pytest
 import torch
 
-from support import make_tiny_llama, sampled_joint_pvalue
+from support import RecordsAccepted, make_tiny_llama, sampled_joint_pvalue
 from specdecode_ref import SamplingParams, autoregressive_generate, generate, trees
 from specdecode_ref.training import distill, train
 from specdecode_ref.proposers.medusa import (MedusaHeads, MedusaProposer, derive_choices, expected_accepted,
@@ -36,14 +36,8 @@ def random_heads(target, num_heads=3, scale=1.0, seed=0, num_layers=1):
     return heads.eval().requires_grad_(False)
 
 
-class Recording(MedusaProposer):
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.accepted = []
-
-    def on_verified(self, state, outcome):
-        super().on_verified(state, outcome)
-        self.accepted.append(outcome.num_accepted)
+class Recording(RecordsAccepted, MedusaProposer):
+    def check(self, state, outcome):
         if self.tree is not None and outcome.accepted_nodes is not None:
             # the accepted nodes form a root-to-node path of the tree
             nodes = outcome.accepted_nodes
