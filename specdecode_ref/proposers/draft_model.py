@@ -23,13 +23,14 @@ from pathlib import Path
 import torch
 
 from .. import decoder, kv
+from ..training.recipes import DRAFT
 from .base import DecodeState, Draft, Proposer, StepOutcome
 from .drafting import draft_chain
 from .shipped import WEIGHTS_DIR, load_weights, require_embedded, require_file, save_weights, weights_metadata
 from .vocab import VocabHead
 
 DRAFT_WEIGHTS = WEIGHTS_DIR / "smollm2-135m-draft.safetensors"
-DEFAULT_INIT_LAYERS = (0, 1, 2, 3)
+DEFAULT_INIT_LAYERS = DRAFT.init_layers
 
 
 def vocab_size_of(model) -> int:

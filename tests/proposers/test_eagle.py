@@ -8,7 +8,7 @@ import torch
 
 from support import RecordsAccepted, make_tiny_llama, sampled_joint_pvalue
 from specdecode_ref import SamplingParams, autoregressive_generate, generate, kv, masks, trees
-from specdecode_ref.training import distill, train
+from specdecode_ref.training import cli, distill, train
 from specdecode_ref.proposers import eagle
 from specdecode_ref.proposers.eagle import EagleProposer, build_eagle_head
 
@@ -370,7 +370,7 @@ def test_eagle_planted_bug_features_from_the_wrong_layer_are_caught(target4, tra
 def test_eagle_cli_writes_weights_and_curve(target4, tiny_corpus, tmp_path, monkeypatch):
     """``python -m specdecode_ref.training eagle`` end to end, on the tiny target instead of the real one."""
     corpus_path = tiny_corpus.save(tmp_path / "corpus.pt")
-    monkeypatch.setattr(train, "_load_target", lambda dtype="fp32": (target4, None))
+    monkeypatch.setattr(cli, "load_target", lambda dtype="fp32": (target4, None))
     out = tmp_path / "eagle.safetensors"
     train.main(["--corpus", str(corpus_path), "eagle", "--steps", "3", "--unroll-steps", "2", "--batch-tokens", "256",
                 "--out", str(out)])
