@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from specdecode_ref import SamplingParams, autoregressive_generate, generate
-from specdecode_ref.proposers.adaptive import FixedK, GoodputK, HeuristicK, draft_match_profile, replay
+from specdecode_ref.measure.replay import draft_match_profile, replay
+from specdecode_ref.proposers.adaptive import FixedK, GoodputK, HeuristicK
 from specdecode_ref.proposers import Draft, NgramProposer, Proposer
 
 RISING = lambda k: 1.0 + 0.1 * k  # noqa: E731  a verify cost that grows with k, so long drafts must earn their keep
