@@ -5,27 +5,13 @@ import copy
 import pytest
 import torch
 
-from support import RecordsAccepted, make_tiny_llama, sampled_joint_pvalue
+from support import RecordsAccepted, make_tiny_llama, noisy, sampled_joint_pvalue
 from specdecode_ref import SamplingParams, autoregressive_generate, generate, kv
 from specdecode_ref.training import distill, train
 from specdecode_ref.proposers.draft_model import DraftModelProposer, build_draft_model
 from specdecode_ref.masks import causal_mask
 from specdecode_ref.proposers.early_exit import EarlyExitProposer, build_adapter
 from specdecode_ref.proposers import shipped
-
-
-def noisy(module, scale, seed):
-    """A copy of ``module`` with Gaussian noise on its weights: a drafter that is right only sometimes."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * scale * p.std().clamp_min(1e-3))
-    return module
-
-
-@pytest.fixture(scope="module")
-def target4():
-    return make_tiny_llama(vocab_size=64, sharpness=1.0, seed=3, layers=4, init_range=0.3)
 
 
 def noisy_draft(target, scale=0.6, seed=0, layers=(0, 1, 2, 3)):
@@ -246,6 +232,8 @@ def test_early_exit_errors(target4):
 
 @pytest.fixture(scope="module")
 def tiny_corpus(target4):
+    # conftest's corpus with other random prompts (20 unused draws each), on which these training
+    # tests' thresholds were set
     g = torch.Generator().manual_seed(0)
     pairs = [(torch.randint(0, 64, (6,), generator=g), torch.randint(0, 64, (20,), generator=g)) for _ in range(48)]
     # self-distilled answers: the target's own greedy continuations of random prompts

@@ -6,19 +6,11 @@ import json
 import pytest
 import torch
 
-from support import RecordsAccepted, make_tiny_llama, sampled_joint_pvalue
+from support import RecordsAccepted, make_tiny_llama, noisy, sampled_joint_pvalue
 from specdecode_ref import SamplingParams, autoregressive_generate, generate, kv, masks, trees
 from specdecode_ref.training import cli, distill, train
 from specdecode_ref.proposers import eagle
 from specdecode_ref.proposers.eagle import EagleProposer, build_eagle_head
-
-
-def noisy(module, scale, seed):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * scale * p.std().clamp_min(1e-3))
-    return module
 
 
 def good_head(target, scale=0.0, seed=0):
@@ -37,19 +29,6 @@ def good_head(target, scale=0.0, seed=0):
 @pytest.fixture(scope="module")
 def target1():
     return make_tiny_llama(vocab_size=64, sharpness=1.0, seed=3, layers=1, init_range=0.3)
-
-
-@pytest.fixture(scope="module")
-def target4():
-    return make_tiny_llama(vocab_size=64, sharpness=1.0, seed=3, layers=4, init_range=0.3)
-
-
-@pytest.fixture(scope="module")
-def tiny_corpus(target4):
-    g = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(0, 64, (6,), generator=g) for _ in range(48)]
-    pairs = [(p, autoregressive_generate(target4, p, max_new_tokens=20).tokens) for p in prompts]
-    return distill.teacher_pass(target4, pairs, top_k=8, keep_hidden=True, batch_tokens=256)
 
 
 @pytest.fixture(scope="module")
