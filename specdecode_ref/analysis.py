@@ -50,9 +50,41 @@ def expected_tokens_from_position_rates(rates: Sequence[float]) -> float:
     return float(1.0 + np.cumprod(r).sum())
 
 
-def _verify_cost(verify_cost, k):
-    if callable(verify_cost):
-        return np.vectorize(lambda kk: float(verify_cost(int(kk))))(k)
+def as_verify_cost(verify_cost=1.0, smooth: bool = True) -> Callable[[float], float]:
+    """V(k) = T(k+1)/T(1), the cost of verifying a k-token draft, as a function of k.
+
+    verify_cost: a number (the same for every k), a function of k, or a measured cost curve (a
+    ``bench.measure_cost_curve`` dict with "ns" and "times_s"; ``smooth`` first makes it
+    non-decreasing with :func:`monotone_cost_curve`, so an optimiser does not chase timing
+    noise). The function accepts a fractional k (a mean draft length); a whole k reaches a
+    user function as an int. Every value must be > 0.
+    """
+    if isinstance(verify_cost, dict):  # a bench.measure_cost_curve result
+        ns = sorted(int(n) for n in verify_cost["ns"])
+        times = [t for _, t in sorted(zip(verify_cost["ns"], verify_cost["times_s"]))]
+        if smooth:
+            times = list(monotone_cost_curve(ns, times))
+        verify_cost = verify_cost_from_curve(ns, times)
+    if not callable(verify_cost):
+        constant = float(verify_cost)
+        if constant <= 0:
+            raise ValueError("verify_cost must be > 0 (in units of one single-token target step)")
+        return lambda k: constant
+    fn = verify_cost
+
+    def cost(k) -> float:
+        v = float(fn(int(k) if float(k).is_integer() else k))
+        if v <= 0:
+            raise ValueError("verify_cost must be > 0 (in units of one single-token target step)")
+        return v
+
+    return cost
+
+
+def _verify_costs(verify_cost, k):
+    """V at every entry of ``k`` (an array of whole numbers); a constant may be an array too."""
+    if callable(verify_cost) or isinstance(verify_cost, dict):
+        return np.vectorize(as_verify_cost(verify_cost))(k)
     if np.any(np.asarray(verify_cost) <= 0):
         raise ValueError("verify_cost must be > 0 (in units of one single-token target step)")
     return verify_cost
@@ -67,7 +99,7 @@ def expected_speedup(alpha, k, c, verify_cost: float | Callable[[int], float] = 
     if np.any(np.asarray(c) < 0):
         raise ValueError(f"c (draft cost relative to a target step) must be >= 0, got {c!r}")
     kk = _check_k(k)
-    out = expected_tokens_per_step(alpha, kk) / (kk * np.asarray(c, dtype=float) + _verify_cost(verify_cost, kk))
+    out = expected_tokens_per_step(alpha, kk) / (kk * np.asarray(c, dtype=float) + _verify_costs(verify_cost, kk))
     return float(out) if np.ndim(out) == 0 else out
 
 
@@ -119,16 +151,6 @@ def expected_accepted_per_step(alpha, k):
     return expected_tokens_per_step(alpha, k) - 1.0
 
 
-def expected_tokens_bonus_counted_twice(alpha, k):
-    """The popular mistake, for teaching only: 1 + (1 - alpha^(k+1)) / (1 - alpha).
-
-    The geometric sum 1 + alpha + ... + alpha^k already holds the target's token (its first
-    term); adding "+1 for the bonus token" counts that token twice. Always exactly one token per
-    step too many, so it claims 2 tokens per step for a drafter that is never right (alpha = 0).
-    """
-    return expected_tokens_per_step(alpha, k) + 1.0
-
-
 def _rates_for(alpha_or_rates, k: int) -> np.ndarray:
     """Per-position conditional acceptance rates for positions 1..k (a scalar is i.i.d.)."""
     r = np.asarray(alpha_or_rates, dtype=float)
@@ -150,7 +172,7 @@ def simulate_tokens_per_step(alpha_or_rates, k: int, n_steps: int, rng=None,
     One step draws the k accept/reject outcomes in order, stops at the first rejection, and
     emits the accepted drafts plus one target token (correction or bonus). With
     ``count_bonus_twice`` it credits a second target token per step: the bookkeeping of the
-    popular mistake (see :func:`expected_tokens_bonus_counted_twice`), to compare against.
+    popular mistake (``pitfalls.expected_tokens_bonus_counted_twice``), to compare against.
     rng: a numpy Generator or a seed (None = fresh entropy).
     """
     k = int(_check_k(k))
@@ -256,17 +278,6 @@ def alpha_from_tau(tau: float, k: int) -> float:
     return 0.5 * (lo + hi)
 
 
-def _verify_value(verify_cost, k) -> float:
-    """verify_cost at a possibly fractional k (mean draft length); callables get the raw value."""
-    if callable(verify_cost):
-        v = float(verify_cost(k))
-    else:
-        v = float(verify_cost)
-    if v <= 0:
-        raise ValueError("verify_cost must be > 0 (in units of one single-token target step)")
-    return v
-
-
 def expected_speedup_from_position_rates(rates: Sequence[float], k: int, c: float,
                                          verify_cost: float | Callable[[int], float] = 1.0,
                                          c_step: float = 0.0) -> float:
@@ -280,7 +291,7 @@ def expected_speedup_from_position_rates(rates: Sequence[float], k: int, c: floa
     if c < 0 or c_step < 0:
         raise ValueError("draft costs c and c_step must be >= 0")
     e = expected_tokens_from_position_rates(_rates_for(rates, k)) if k > 0 else 1.0
-    return e / (c_step + k * c + _verify_value(verify_cost, k))
+    return e / (c_step + k * c + as_verify_cost(verify_cost)(k))
 
 
 def predicted_speedup_from_measurements(k: float, c: float, verify_cost: float | Callable = 1.0, *,
@@ -311,8 +322,8 @@ def predicted_speedup_from_measurements(k: float, c: float, verify_cost: float |
         raise ValueError("k, c and c_step must be >= 0")
     if not 0.0 <= draft_fraction <= 1.0:
         raise ValueError("draft_fraction must lie in [0, 1]")
-    v_k = _verify_value(verify_cost, k)
-    v_0 = _verify_value(verify_cost, 0)
+    v = as_verify_cost(verify_cost)
+    v_k, v_0 = v(k), v(0)
     if tau is not None:
         if tau < 1.0:
             raise ValueError("tau counts the target's token, so tau >= 1")
@@ -341,7 +352,7 @@ def marginal_gain(alpha: float, k: int, c: float, verify_cost: float | Callable[
     _check_alpha(alpha)
     k = int(_check_k(k))
     de = float(alpha) ** (k + 1)
-    v = (lambda kk: _verify_value(verify_cost, kk))
+    v = as_verify_cost(verify_cost)
     dc = c + v(k + 1) - v(k)
     s = float(expected_tokens_per_step(alpha, k)) / (k * c + v(k))
     return de, dc, s
@@ -376,36 +387,8 @@ def monotone_cost_curve(ns: Sequence[int], times: Sequence[float]) -> np.ndarray
 
 
 def replay_greedy_chain(matches: Sequence[bool], k: int):
-    """Replay greedy speculative decoding of one known continuation with a chain drafter.
+    """The engine's counters for a chain drafter of length k, replayed from one match bit per
+    position (see ``measure.replay.replay_greedy_chain``, where the replays live)."""
+    from .measure.replay import replay_greedy_chain as replay
 
-    With greedy verification the draft token at a position is accepted only if every earlier
-    draft of the step was, i.e. only when the drafter saw the *true* prefix; so acceptance is fixed
-    by one bit per position: ``matches[j]`` = "the drafter's greedy token after the prompt and the
-    first j new tokens equals new token j", for j = 0 .. N-1 (``matches[0]`` is never used: the
-    prefill emits token 0). Steps go as in ``engine.generate``: draft min(k, tokens left - 1), accept
-    the leading run of matches, emit it plus one target token. Returns a ``SpecStats`` with the
-    counters (tau, per-position rates, accepted/draft lengths) the engine would report; no timings.
-    One pass of the drafter over prompt + continuation (``bench.draft_greedy_matches``) thus gives
-    tau for every k at once, exactly as the engine would count it up to rounding near-ties.
-    """
-    from .metrics import SpecStats
-
-    if int(k) != k or k < 1:
-        raise ValueError(f"k must be a whole number >= 1, got {k!r}")
-    k = int(k)
-    m = [bool(x) for x in matches]
-    n_total = len(m)
-    stats = SpecStats()
-    n = 1 if n_total else 0  # the prefill emitted token 0
-    while n < n_total:
-        remaining = n_total - n
-        drafted = min(k, remaining - 1)
-        accepted = 0
-        while accepted < drafted and m[n + accepted]:
-            accepted += 1
-        emitted = min(accepted + 1, remaining)
-        stats.record_step(drafted, accepted, emitted)
-        n += emitted
-    stats.new_tokens = n_total
-    stats.target_forwards = stats.steps + (1 if n_total else 0)
-    return stats
+    return replay(matches, k)

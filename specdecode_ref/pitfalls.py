@@ -16,6 +16,9 @@ failing a chi-square test that the correct :func:`specdecode_ref.verify.rejectio
 
 The first two have the signature of ``rejection_sample``; the third returns the ``(p, q)`` pair a
 buggy engine would hand to it.
+
+* :func:`expected_tokens_bonus_counted_twice` - the speedup formula's popular mistake (notebook 02),
+  next to the right one, ``analysis.expected_tokens_per_step``.
 """
 from __future__ import annotations
 
@@ -99,3 +102,15 @@ def top_p_on_one_side(target_logits: torch.Tensor, draft_logits: torch.Tensor, p
     if side == "draft":
         return logits_to_probs(target_logits, without), logits_to_probs(draft_logits, params)
     return logits_to_probs(target_logits, params), logits_to_probs(draft_logits, without)
+
+
+def expected_tokens_bonus_counted_twice(alpha, k):
+    """MISTAKE: 1 + (1 - alpha^(k+1)) / (1 - alpha) tokens per step.
+
+    The geometric sum 1 + alpha + ... + alpha^k already holds the target's token (its first
+    term); adding "+1 for the bonus token" counts that token twice. Always exactly one token per
+    step too many, so it claims 2 tokens per step for a drafter that is never right (alpha = 0).
+    """
+    from .analysis import expected_tokens_per_step
+
+    return expected_tokens_per_step(alpha, k) + 1.0

@@ -36,6 +36,8 @@ from typing import NamedTuple, Sequence
 
 import torch
 
+from .masks import tree_attention_mask  # noqa: F401  (the tree's mask lives with the other masks)
+
 # The parent index of a node that hangs directly under the root. -1 so that ``parents[i] + 1`` is
 # always the parent's slot (the root is slot 0) and a chain is ``arange(n) - 1``.
 ROOT = -1
@@ -154,7 +156,7 @@ def root_to_leaf_paths(parents) -> list:
 
 
 # --------------------------------------------------------------------------------------------
-# What the target forward needs: the 4D mask and the position ids.
+# What the target forward needs: visibility (masks.tree_attention_mask) and position ids.
 # --------------------------------------------------------------------------------------------
 
 def tree_visibility(parents, past_len: int, device=None) -> torch.Tensor:
@@ -173,26 +175,6 @@ def tree_visibility(parents, past_len: int, device=None) -> torch.Tensor:
     vis[:, : past_len + 1] = True  # prefix and root: seen by everyone
     vis[1:, past_len + 1:] = anc
     return vis if device is None else vis.to(device)
-
-
-def tree_attention_mask(parents, past_len: int, dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
-    """The additive 4D attention mask [1, 1, n+1, past_len + n + 1] for ``[root] + nodes``.
-
-    0 where :func:`tree_visibility` allows attention, ``torch.finfo(dtype).min`` elsewhere (the
-    most negative finite number, not -inf: softmax over a row cannot become NaN). Pass the model's
-    dtype: SDPA wants a float mask in the dtype of its queries.
-
-    Why additive and 4D: transformers 5 (``masking_utils._preprocess_mask_arguments``) passes a 4D
-    ``attention_mask`` through untouched as a custom mask, and both attention back-ends accept an
-    additive float mask (eager adds it to the scores, SDPA takes it as ``attn_mask``); a bool mask
-    works with SDPA only. Use it together with :func:`tree_position_ids`.
-    """
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise ValueError(f"dtype must be a floating torch dtype (the model's), got {dtype!r}")
-    vis = tree_visibility(parents, past_len, device)
-    mask = torch.zeros(vis.shape, dtype=dtype, device=vis.device)
-    mask.masked_fill_(~vis, torch.finfo(dtype).min)
-    return mask[None, None]
 
 
 def tree_position_ids(parents, past_len: int, device=None) -> torch.Tensor:

@@ -148,6 +148,23 @@ def _check_tree(scores: torch.Tensor, parents, draft_tokens: torch.Tensor, name:
     return p.tolist(), draft_tokens.tolist()
 
 
+def _deepest_good_path(parents: list, good) -> list:
+    """Node indices from the root down to the deepest node whose whole path passes ``good(i)``
+    (ties: the first such node); [] when no child of the root passes. Parents come first."""
+    good_depth = []  # length of the all-good path ending at node i, 0 if there is none
+    best, best_len = ROOT, 0  # the deepest such node so far (the root: nothing accepted)
+    for i, par in enumerate(parents):
+        ok = good(i) and (par == ROOT or good_depth[par] > 0)
+        good_depth.append((1 if par == ROOT else good_depth[par] + 1) if ok else 0)
+        if good_depth[i] > best_len:
+            best, best_len = i, good_depth[i]
+    path = []
+    while best != ROOT:
+        path.append(best)
+        best = parents[best]
+    return path[::-1]
+
+
 def tree_greedy_verify(target_logits: torch.Tensor, parents, draft_tokens: torch.Tensor):
     """Greedy verification of a candidate tree: the longest root-to-node path whose every token
     equals the target's argmax at its parent, then the target's argmax after that path.
@@ -162,18 +179,7 @@ def tree_greedy_verify(target_logits: torch.Tensor, parents, draft_tokens: torch
     """
     p, toks = _check_tree(target_logits, parents, draft_tokens, "target_logits")
     argmax = target_logits.argmax(dim=-1).tolist()
-    good_depth = []  # length of the all-correct path ending at node i, 0 if there is none
-    best, best_len = ROOT, 0  # the deepest such node so far (the root: nothing accepted)
-    for i, par in enumerate(p):
-        ok = toks[i] == argmax[par + 1] and (par == ROOT or good_depth[par] > 0)
-        good_depth.append((1 if par == ROOT else good_depth[par] + 1) if ok else 0)
-        if good_depth[i] > best_len:
-            best, best_len = i, good_depth[i]
-    path = []
-    while best != ROOT:
-        path.append(best)
-        best = p[best]
-    path.reverse()
+    path = _deepest_good_path(p, lambda i: toks[i] == argmax[p[i] + 1])
     last_slot = path[-1] + 1 if path else 0
     emitted = [toks[i] for i in path] + [argmax[last_slot]]
     device = target_logits.device
@@ -286,18 +292,7 @@ def typical_accept(target_probs: torch.Tensor, parents, draft_tokens: torch.Tens
     probs = target_probs.float()
     entropy = -(probs * torch.log(probs.clamp(min=1e-30))).sum(dim=-1)  # [n+1]
     threshold = torch.minimum(torch.full_like(entropy, float(epsilon)), delta * torch.exp(-entropy))
-    good_depth = []  # length of the all-typical path ending at node i, 0 if there is none
-    best, best_len = ROOT, 0
-    for i, par in enumerate(p_list):
-        ok = float(probs[par + 1, toks[i]]) > float(threshold[par + 1]) and (par == ROOT or good_depth[par] > 0)
-        good_depth.append((1 if par == ROOT else good_depth[par] + 1) if ok else 0)
-        if good_depth[i] > best_len:
-            best, best_len = i, good_depth[i]
-    path = []
-    while best != ROOT:
-        path.append(best)
-        best = p_list[best]
-    path.reverse()
+    path = _deepest_good_path(p_list, lambda i: float(probs[p_list[i] + 1, toks[i]]) > float(threshold[p_list[i] + 1]))
     last_slot = path[-1] + 1 if path else 0
     last = int(torch.multinomial(probs[last_slot], 1, generator=generator))
     device = probs.device

@@ -61,3 +61,30 @@ def sampled_joint_pvalue(model, prompt, proposer_factory, sampling, n=3000, step
                            sampling=sampling, seed=seed).tokens.tolist()
         counts[np.ravel_multi_index(toks, (v,) * steps)] += 1
     return chi2_pvalue(counts, exact_joint(model, prompt, steps, sampling))
+
+
+class RecordsAccepted:
+    """Mixin for proposers under test: ``accepted`` lists every step's accepted drafts, and
+    ``check(state, outcome)`` runs after each step's own ``on_verified`` (override it to assert
+    the proposer's state)."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.accepted = []
+
+    def on_verified(self, state, outcome):
+        super().on_verified(state, outcome)
+        self.accepted.append(outcome.num_accepted)
+        self.check(state, outcome)
+
+    def check(self, state, outcome):
+        pass
+
+
+def noisy(module, scale, seed):
+    """A copy of ``module`` with Gaussian noise on its weights: a drafter that is right only sometimes."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * scale * p.std().clamp_min(1e-3))
+    return module

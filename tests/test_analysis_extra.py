@@ -7,11 +7,12 @@ from specdecode_ref import generate
 from specdecode_ref.proposers.adaptive import FixedK
 from specdecode_ref.analysis import (alpha_from_tau, conditional_position_rates, estimate_alpha,
                                      expected_accepted_per_step, expected_speedup,
-                                     expected_speedup_from_position_rates, expected_tokens_bonus_counted_twice,
+                                     expected_speedup_from_position_rates,
                                      expected_tokens_from_position_rates, expected_tokens_from_survival,
                                      expected_tokens_per_step, marginal_gain, monotone_cost_curve, optimal_k,
                                      optimal_k_grid, predicted_speedup_from_measurements, simulate_tokens_per_step,
                                      survival_from_lengths, verify_cost_from_curve)
+from specdecode_ref.pitfalls import expected_tokens_bonus_counted_twice
 from specdecode_ref.proposers import NgramProposer
 
 

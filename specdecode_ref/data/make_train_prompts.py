@@ -3,7 +3,7 @@
 The draft model, early-exit adapter, Medusa heads and EAGLE head are trained on the target
 model's own answers to these prompts (self-distillation). They cover the same seven workload
 categories as the benchmark (``workloads.json``) but are written separately for this project and
-share no text with it (``tests/test_train_prompts.py`` checks: no shared 12-word window), so a
+share no text with it (``tests/measure/test_workloads.py`` checks: no shared 12-word window), so a
 drafter is never scored on prompts it was trained on.
 
 Every passage, code snippet, question, word problem and instruction template below is original

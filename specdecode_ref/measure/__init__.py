@@ -6,6 +6,7 @@ checks its formulas against a real model.
     workloads       the benchmark's prompts by category, and the disjoint training prompts
     stats           chi-square and uniformity tests for "the output follows the target distribution"
     viz             a generation drawn as coloured tokens (accepted, recovered, bonus)
+    replay          the engine's step rule replayed offline: tau and modelled speedup for any k (notebooks 03, 05)
     ngram_analysis  offline replays of prompt lookup (notebook 04)
     layer_analysis  per-layer agreement and layer-call traces (notebook 06)
 """

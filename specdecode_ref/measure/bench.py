@@ -44,7 +44,7 @@ from typing import Callable
 
 import torch
 
-from .. import kv
+from .. import decoder, kv
 from ..engine import autoregressive_generate, eos_token_ids, generate
 from ..metrics import SpecStats
 from ..models import chat_ids
@@ -636,7 +636,8 @@ def main(argv=None) -> int:
     if args.assistant_model is not None:
         assistant, _ = load_model(args.assistant_model, device=_device(model), dtype=model.dtype)
     elif any(parse_method(m)[0] == "hf-assisted" for m in methods):
-        from ..proposers.draft_model import is_embedded_target, load_draft_model
+        from ..proposers.draft_model import load_draft_model
+        from ..proposers.shipped import is_embedded_target
 
         if not is_embedded_target(model):
             raise SystemExit("method hf-assisted needs --assistant-model NAME_OR_PATH")
@@ -707,7 +708,7 @@ def draft_greedy_matches(proposer, prompt_ids, continuation) -> list:
     ``prompt_ids``: ``matches[j]`` = whether the draft's greedy token after prompt + continuation[:j]
     equals continuation[j] (``matches[0]``, the prefill's token, is always False). One teacher-forced
     forward of the draft, over its draft vocabulary when it has one. Feed the result to
-    ``analysis.replay_greedy_chain`` to get the engine's counters for any k without decoding again.
+    ``measure.replay.replay_greedy_chain`` to get the engine's counters for any k without decoding again.
     """
     model = proposer.model
     device = _device(model)
@@ -716,7 +717,7 @@ def draft_greedy_matches(proposer, prompt_ids, continuation) -> list:
     if cont.numel() < 2:
         return [False] * int(cont.numel())
     x = torch.cat([prompt, cont[:-1]])[None]
-    h = model.model(input_ids=x).last_hidden_state[0, prompt.numel():]  # predicts cont[1:]
+    h = decoder.last_hidden(model, x)[0][0, prompt.numel():]  # predicts cont[1:]
     head = getattr(proposer, "head", None)
     if head is None:
         pred = model.get_output_embeddings()(h).argmax(-1)

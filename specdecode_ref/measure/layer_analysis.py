@@ -27,7 +27,9 @@ from typing import Iterable, Sequence
 
 import torch
 
-from ..proposers.early_exit import causal_mask, run_layers
+from .. import decoder
+from ..decoder import run_layers
+from ..masks import causal_mask
 
 
 # ---- sequences to measure on ------------------------------------------------------------------------
@@ -87,18 +89,14 @@ def residual_stream(model, ids: torch.Tensor) -> list:
     dev = _device(model)
     x = torch.as_tensor(ids, device=dev).reshape(1, -1)
     T = x.shape[1]
-    h = model.model.embed_tokens(x)
+    h = decoder.embed(model, x)
     pos = torch.arange(T, device=dev)[None]
     mask = causal_mask(T, 0, dev)
     states = [h[0]]
-    for i in range(model.config.num_hidden_layers):
+    for i in range(decoder.num_layers(model)):
         h = run_layers(model, h, pos, [i], None, mask)
         states.append(h[0])
     return states
-
-
-def _lens_logits(model, h: torch.Tensor) -> torch.Tensor:
-    return model.lm_head(model.model.norm(h))
 
 
 @torch.no_grad()
@@ -121,9 +119,9 @@ def exit_agreement(model, sequences, layers: Sequence[int] | None = None, topk: 
     for s in seqs:
         states = residual_stream(model, s.ids)
         pos = s.positions.to(states[0].device)
-        final = _lens_logits(model, states[n_layers][pos]).argmax(-1)
+        final = decoder.logits_from_residual(model, states[n_layers][pos]).argmax(-1)
         for j, L in enumerate(layers):
-            logits = _lens_logits(model, states[L][pos])
+            logits = decoder.logits_from_residual(model, states[L][pos])
             hit1[j] += (logits.argmax(-1) == final).sum().item()
             top = logits.topk(topk, dim=-1).indices
             hitk[j] += (top == final[:, None]).any(-1).sum().item()
@@ -149,11 +147,11 @@ def skip_predictions(model, ids: torch.Tensor, skip: Iterable[int], positions=No
     keep = [i for i in range(model.config.num_hidden_layers) if i not in skip]
     x = torch.as_tensor(ids, device=dev).reshape(1, -1)
     T = x.shape[1]
-    h = run_layers(model, model.model.embed_tokens(x), torch.arange(T, device=dev)[None], keep, None,
+    h = run_layers(model, decoder.embed(model, x), torch.arange(T, device=dev)[None], keep, None,
                    causal_mask(T, 0, dev))[0]
     if positions is not None:
         h = h[torch.as_tensor(positions, device=dev)]
-    return _lens_logits(model, h).argmax(-1)
+    return decoder.logits_from_residual(model, h).argmax(-1)
 
 
 @torch.no_grad()
@@ -226,7 +224,8 @@ class LayerCallTrace:
                 self.calls.append(LayerCall(state["phase"], state["step"], name, idx, positions))
             return hook
 
-        for i, layer in enumerate(self.model.model.layers):
+        for i in range(decoder.num_layers(self.model)):
+            layer = decoder.layer(self.model, i)
             handles.append(layer.register_forward_pre_hook(hook_for(f"layer {i}", i), with_kwargs=True))
         adapter = getattr(self.proposer, "adapter", None)
         if adapter is not None:

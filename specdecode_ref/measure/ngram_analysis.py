@@ -5,7 +5,7 @@ cannot change *what* is generated, only how many target forwards it takes. So on
 greedy continuation of a prompt is known, every step of a speculative run can be replayed without
 the model: draft from the committed context with ``proposer.lookup``, accept the longest prefix that
 equals the continuation, emit one more token (recovered or bonus), repeat. :func:`replay_greedy`
-does exactly the engine's bookkeeping (the same draft-length limit, the same SpecStats), which makes
+follows the engine's step rule (``replay.chain_steps``: the same draft-length limit, the same SpecStats), which makes
 ablations over k, min_n, max_n, ``occurrence`` and ``k_per_matched_token`` cost milliseconds instead
 of minutes (:func:`run_ablation`; :func:`steps_frame` lists the replayed steps for group-bys). The replay is exact when the speculative run reproduces the continuation
 token for token (fp32); in bf16 a near-tie can flip a token, and the replay then describes a run
@@ -26,10 +26,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
+from ..analysis import as_verify_cost
 from ..engine import ACCEPTED, BONUS, RECOVERED, TARGET
 from ..metrics import SpecStats
 from ..proposers.base import DecodeState
 from ..sampling import GREEDY
+from .replay import chain_steps, leading_matches, step_cost
 from .workloads import INPUT_GROUNDED
 
 GROUNDED, OPEN = "input-grounded", "open-ended"
@@ -107,11 +109,8 @@ class Replay:
         every n >= 1) or a function of n (``analysis.verify_cost_from_curve``); a plain step costs 1.
         draft_cost: the proposer's cost per step (a lookup), also in units of T(1).
         """
-        total = 0.0
-        for s in self.steps:
-            v = 1.0 if s.drafted == 0 else (verify_cost(s.drafted) if callable(verify_cost) else verify_cost)
-            total += float(v) + draft_cost
-        return total
+        v = as_verify_cost(verify_cost)
+        return sum(step_cost(s.drafted, v, c_step=draft_cost) for s in self.steps)
 
     def modelled_speedup(self, verify_cost: float | Callable[[int], float] = 1.0, draft_cost: float = 0.0) -> float:
         """Plain decoding's cost (one T(1) per token after the first) over this run's cost."""
@@ -159,29 +158,27 @@ def replay_greedy(proposer, prompt: Sequence[int], continuation: Sequence[int],
     kinds, sources, steps = [TARGET], [-1], []
     min_n, max_n = getattr(proposer, "min_n", 1), getattr(proposer, "max_n", 4)
     occurrence = getattr(proposer, "occurrence", "recent")
-    generated, t_draft = 1, 0.0
-    while generated < total:
-        remaining = budget - generated
+    t_draft = 0.0
+
+    def offer(generated: int):
+        nonlocal t_draft
         t0 = time.perf_counter()
         draft = list(proposer.lookup(ctx))
         t_draft += time.perf_counter() - t0
-        draft = draft[: max(remaining - 1, 0)]
-        n = len(draft)
-        m = 0
-        while m < n and generated + m < total and draft[m] == cont[generated + m]:
-            m += 1
-        ended = generated + m >= total  # accepted through the continuation's last token (EOS)
-        emitted = m if ended else m + 1
+        return len(draft), leading_matches(draft, cont, generated)
+
+    for s in chain_steps(total, offer, budget):
+        n, m = s.drafted, s.accepted
+        ended = s.emitted == m  # accepted through the continuation's last token (EOS)
         match = find_match(ctx, min_n, max_n, occurrence) if n and track_sources else None
         kinds += [ACCEPTED] * m
         sources += [match.source(j) if match else -1 for j in range(m)]
         if not ended:
             kinds.append(TARGET if n == 0 else (BONUS if m == n else RECOVERED))
             sources.append(-1)
-        stats.record_step(n, m, emitted)
-        steps.append(ReplayStep(generated=generated, drafted=n, accepted=m, emitted=emitted, match=match))
-        ctx.extend(cont[generated: generated + emitted])
-        generated += emitted
+        stats.record_step(n, m, s.emitted)
+        steps.append(ReplayStep(generated=s.generated, drafted=n, accepted=m, emitted=s.emitted, match=match))
+        ctx.extend(cont[s.generated: s.generated + s.emitted])
     stats.draft_time_s = t_draft
     return Replay(prompt_len=len(prompt), tokens=cont, stats=stats, steps=steps, token_kinds=kinds,
                   sources=sources, draft_time_s=t_draft)

@@ -22,16 +22,21 @@ WORKLOADS_PATH = Path(__file__).resolve().parent.parent / "data" / "workloads.js
 TRAIN_PROMPTS_PATH = Path(__file__).resolve().parent.parent / "data" / "train_prompts.json"
 
 
-@lru_cache(maxsize=1)
-def _raw() -> dict:
-    if not WORKLOADS_PATH.exists():
-        raise FileNotFoundError(f"{WORKLOADS_PATH} is missing: the package was installed without its data "
-                                "files (reinstall specdecode_ref with package data)")
-    with open(WORKLOADS_PATH, encoding="utf-8") as f:
+def _load_categories(path, remedy: str) -> dict:
+    """A prompts file: JSON with a non-empty "categories" mapping (``remedy`` says how to get it)."""
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: {remedy}")
+    with open(path, encoding="utf-8") as f:
         data = json.load(f)
     if not isinstance(data.get("categories"), dict) or not data["categories"]:
-        raise ValueError(f"{WORKLOADS_PATH} has no 'categories' mapping")
+        raise ValueError(f"{path} has no 'categories' mapping")
     return data
+
+
+@lru_cache(maxsize=1)
+def _raw() -> dict:
+    return _load_categories(WORKLOADS_PATH, "the package was installed without its data files (reinstall "
+                                            "specdecode_ref with package data)")
 
 
 #: All categories, in the file's order.
@@ -84,15 +89,8 @@ def _select(raw: dict, categories, per_category) -> dict:
 
 @lru_cache(maxsize=1)
 def _raw_train() -> dict:
-    if not TRAIN_PROMPTS_PATH.exists():
-        raise FileNotFoundError(f"{TRAIN_PROMPTS_PATH} is missing: regenerate it with "
-                                "`python specdecode_ref/data/make_train_prompts.py` (or reinstall "
-                                "specdecode_ref with package data)")
-    with open(TRAIN_PROMPTS_PATH, encoding="utf-8") as f:
-        data = json.load(f)
-    if not isinstance(data.get("categories"), dict) or not data["categories"]:
-        raise ValueError(f"{TRAIN_PROMPTS_PATH} has no 'categories' mapping")
-    return data
+    return _load_categories(TRAIN_PROMPTS_PATH, "regenerate it with `python specdecode_ref/data/make_train_prompts.py` "
+                                                "(or reinstall specdecode_ref with package data)")
 
 
 def load_training_prompts(categories=None, per_category: int | None = None) -> dict:
@@ -123,12 +121,5 @@ def training_conversations(categories=None, per_category: int | None = None) -> 
     return out
 
 
-def iter_prompts(workloads: dict):
-    """Yield ``(category, prompt)`` over a ``load_workloads`` result, category by category."""
-    for category, items in workloads.items():
-        for item in items:
-            yield category, item
-
-
-__all__ = ["CATEGORIES", "INPUT_GROUNDED", "OPEN_ENDED", "WORKLOADS_PATH", "load_workloads", "iter_prompts",
+__all__ = ["CATEGORIES", "INPUT_GROUNDED", "OPEN_ENDED", "WORKLOADS_PATH", "load_workloads",
            "TRAIN_PROMPTS_PATH", "load_training_prompts", "training_conversations"]

@@ -7,6 +7,7 @@ from .eagle import EagleProposer
 from .early_exit import EarlyExitProposer
 from .medusa import MedusaProposer
 from .ngram import NgramProposer
+from .shipped import shipped_vocab
 
 
 def _ngram(target, k, **kwargs):
@@ -16,19 +17,12 @@ def _ngram(target, k, **kwargs):
     return NgramProposer(k=k, **kwargs)
 
 
-def _shipped_vocab(reduced_vocab: bool):
-    from .draft_model import DRAFT_VOCAB
-    from .vocab import load_vocab
-
-    return load_vocab(DRAFT_VOCAB) if reduced_vocab else None
-
-
 def _draft(target, k, reduced_vocab: bool = True, **kwargs):
     # The shipped 4-layer distilled draft (notebook 05); reduced_vocab drafts among the 8,192 most
-    # frequent answer tokens (draft_vocab.py), which cuts the draft's vocabulary projection ~9x.
-    from .draft_model import DraftModelProposer, load_draft_model
+    # frequent answer tokens (vocab.py), which cuts the draft's vocabulary projection ~9x.
+    from .draft_model import load_draft_model
 
-    return DraftModelProposer(load_draft_model(target), k=k, draft_vocab=_shipped_vocab(reduced_vocab), **kwargs)
+    return DraftModelProposer(load_draft_model(target), k=k, draft_vocab=shipped_vocab(reduced_vocab), **kwargs)
 
 
 def _draft_full_vocab(target, k, **kwargs):
@@ -37,10 +31,10 @@ def _draft_full_vocab(target, k, **kwargs):
 
 def _early_exit(target, k, exit_layer=None, reduced_vocab: bool = True, **kwargs):
     # The target's first layers + a shipped exit adapter, sharing and reusing the KV cache (notebook 06).
-    from .early_exit import EarlyExitProposer, load_adapter
+    from .early_exit import load_adapter
 
     adapter = load_adapter(target, exit_layer)
-    return EarlyExitProposer(target, adapter, k=k, draft_vocab=_shipped_vocab(reduced_vocab), **kwargs)
+    return EarlyExitProposer(target, adapter, k=k, draft_vocab=shipped_vocab(reduced_vocab), **kwargs)
 
 
 def _medusa(target, k, **kwargs):
@@ -78,8 +72,6 @@ _REGISTRY = {
     "eagle": (_eagle, 4),
     "eagle-tree": (_eagle_tree, 16),
 }
-# Families the course adds later, with the issue that brings them.
-_PLANNED: dict = {}
 
 
 def available_proposers() -> list:
@@ -99,9 +91,6 @@ def load_proposer(name: str, target=None, k: int | None = None, **kwargs) -> Pro
     """
     key = name.lower().replace("_", "-")
     if key not in _REGISTRY:
-        if key in _PLANNED:
-            raise NotImplementedError(f"proposer {name!r} ({_PLANNED[key]}) is not in this version yet; "
-                                      f"available: {available_proposers()}")
         raise ValueError(f"unknown proposer {name!r}; available: {available_proposers()}")
     builder, default_k = _REGISTRY[key]
     proposer = builder(target, default_k if k is None else k, **kwargs)

@@ -24,10 +24,10 @@ Controllers (notebook 03):
   tokens per unit time, (1 + a_1 + a_1 a_2 + ...) / (c_step + k c + T(k+1)/T(1)), with
   T(n) the measured cost curve (bench.measure_cost_curve). See its docstring for the estimator.
 
-:func:`draft_match_profile` and :func:`replay` evaluate controllers offline: for greedy decoding
-with a model-free proposer (n-gram), the outcome of any draft length at any position follows
-from the plain greedy output, so a controller can be replayed against any cost curve in
-milliseconds.
+``measure.replay`` (``draft_match_profile``, ``replay``) evaluates controllers offline: for
+greedy decoding with a model-free proposer (n-gram), the outcome of any draft length at any
+position follows from the plain greedy output, so a controller can be replayed against any cost
+curve in milliseconds.
 
 Production counterparts: transformers (above); vLLM drafts a fixed ``num_speculative_tokens`` per
 step in ``vllm/v1/spec_decode/`` and exposes the per-position acceptance it would need for such
@@ -36,11 +36,10 @@ a controller in ``vllm/v1/spec_decode/metrics.py``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 
-from ..analysis import monotone_cost_curve, verify_cost_from_curve
+from ..analysis import as_verify_cost as _as_verify_cost
 from .base import DecodeState, Draft, Proposer, StepOutcome
 
 
@@ -101,7 +100,7 @@ class AdaptiveK(Proposer):
         return k if self.k_max is None else min(self.k_max, k)
 
     def observe(self, drafted: int, accepted: int) -> None:
-        """Record one step and move k (used by ``on_verified`` and by :func:`replay`)."""
+        """Record one step and move k (used by ``on_verified`` and by ``measure.replay.replay``)."""
         if not 0 <= accepted <= drafted:
             raise ValueError(f"need 0 <= accepted <= drafted, got accepted={accepted}, drafted={drafted}")
         self.history.append(StepRecord(self.k, int(drafted), int(accepted)))
@@ -186,23 +185,6 @@ class HeuristicK(AdaptiveK):
 
     def update(self, drafted: int, accepted: int) -> int:
         return self.k + self.step_up if accepted == drafted else self.k - self.step_down
-
-
-def _as_verify_cost(verify_cost, smooth: bool = True) -> Callable[[int], float]:
-    """A function k -> T(k+1)/T(1) from a bench.measure_cost_curve dict (made non-decreasing with
-    analysis.monotone_cost_curve when ``smooth``), a callable, or a constant."""
-    if isinstance(verify_cost, dict):  # a bench.measure_cost_curve result
-        ns = sorted(int(n) for n in verify_cost["ns"])
-        times = [t for _, t in sorted(zip(verify_cost["ns"], verify_cost["times_s"]))]
-        if smooth:
-            times = list(monotone_cost_curve(ns, times))
-        return verify_cost_from_curve(ns, times)
-    if callable(verify_cost):
-        return verify_cost
-    v = float(verify_cost)
-    if v <= 0:
-        raise ValueError("verify_cost must be > 0")
-    return lambda k: v
 
 
 class GoodputK(AdaptiveK):
@@ -295,83 +277,4 @@ class GoodputK(AdaptiveK):
         return self._best_k()
 
 
-# ------------------------------------------------------------------------------------------
-# Offline evaluation for model-free proposers under greedy decoding.
-# ------------------------------------------------------------------------------------------
-
-def draft_match_profile(proposer, prompt: Sequence[int], continuation: Sequence[int], k_max: int = 16):
-    """For a proposer with a ``lookup(tokens) -> draft list`` method (NgramProposer), return
-    ``(available, matched)``: arrays over j = 1..len(continuation)-1 (j tokens already generated)
-    with the draft length it offers at most (0 = no draft) and how many leading draft tokens
-    equal the greedy continuation. Under greedy verification a draft of length n accepts
-    exactly min(n, matched[j]) tokens, because an n-gram draft of length n is the first n
-    tokens of the draft of length k_max. continuation: the plain greedy output (first token included).
-    """
-    if not hasattr(proposer, "lookup"):
-        raise TypeError("draft_match_profile needs a proposer with a lookup(tokens) method (e.g. NgramProposer)")
-    saved = proposer.k
-    proposer.k = int(k_max)
-    try:
-        if hasattr(proposer, "_reset"):
-            proposer._reset()
-        ctx = list(map(int, prompt))
-        cont = list(map(int, continuation))
-        n = len(cont)
-        available = np.zeros(max(n - 1, 0), dtype=int)
-        matched = np.zeros(max(n - 1, 0), dtype=int)
-        ctx.append(cont[0])
-        for j in range(1, n):
-            draft = proposer.lookup(ctx)
-            available[j - 1] = len(draft)
-            m = 0
-            while m < len(draft) and j + m < n and draft[m] == cont[j + m]:
-                m += 1
-            matched[j - 1] = m
-            ctx.append(cont[j])
-        return available, matched
-    finally:
-        proposer.k = saved
-
-
-@dataclass
-class ReplayResult:
-    tokens: int  # new tokens, the prefill's first one included
-    steps: int
-    cost: float  # decode cost in units of T(1) (prefill excluded)
-    records: list  # StepRecord per step
-
-    @property
-    def tau(self) -> float:
-        return (self.tokens - 1) / self.steps if self.steps else float("nan")
-
-    @property
-    def speedup(self) -> float:
-        """Modelled decode-phase speedup over plain decoding (plain: one T(1) per token)."""
-        return (self.tokens - 1) / self.cost if self.cost else float("nan")
-
-
-def replay(controller: AdaptiveK, available: Sequence[int], matched: Sequence[int], verify_cost=1.0,
-           c: float = 0.0, c_step: float = 0.0) -> ReplayResult:
-    """Run ``controller`` over a match profile (:func:`draft_match_profile`) as the engine would
-    under greedy decoding, charging each step c_step + n*c + V(n) (V(0) = 1: a plain step).
-    The controller's own state is reset first; its ``history`` holds the replayed steps."""
-    v = _as_verify_cost(verify_cost)
-    available = np.asarray(available, dtype=int)
-    matched = np.asarray(matched, dtype=int)
-    total = available.size + 1  # new tokens of the request, the first one from prefill
-    controller.start_request()
-    generated, steps, cost = 1, 0, 0.0
-    while generated < total:
-        j = generated - 1  # index into the profile: `generated` tokens exist
-        remaining = total - generated
-        n = min(controller.k, int(available[j]), remaining - 1)
-        m = min(n, int(matched[j]))
-        cost += c_step + n * c + (float(v(n)) if n > 0 else 1.0)
-        controller.observe(n, m)
-        generated += m + 1
-        steps += 1
-    return ReplayResult(tokens=total, steps=steps, cost=cost, records=list(controller.history))
-
-
-__all__ = ["StepRecord", "AdaptiveK", "FixedK", "HeuristicK", "GoodputK", "draft_match_profile", "replay",
-           "ReplayResult"]
+__all__ = ["StepRecord", "AdaptiveK", "FixedK", "HeuristicK", "GoodputK"]

@@ -17,23 +17,20 @@ layers start at the lowest held-out loss, 16.2 nats against 17.1-31.5.)
 """
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
 import torch
 
-from .. import kv
-from .vocab import VocabHead
-from ..sampling import logits_to_probs
+from .. import decoder, kv
+from ..training.recipes import DRAFT
 from .base import DecodeState, Draft, Proposer, StepOutcome
+from .drafting import draft_chain
+from .shipped import WEIGHTS_DIR, load_weights, require_embedded, require_file, save_weights, weights_metadata
+from .vocab import VocabHead
 
-WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "weights"
 DRAFT_WEIGHTS = WEIGHTS_DIR / "smollm2-135m-draft.safetensors"
-DRAFT_VOCAB = WEIGHTS_DIR / "smollm2-135m-draft-vocab.safetensors"
-DEFAULT_INIT_LAYERS = (0, 1, 2, 3)
-# The shape of the embedded target the shipped weights were trained for.
-EMBEDDED_SHAPE = {"hidden_size": 576, "num_hidden_layers": 30, "vocab_size": 49152}
+DEFAULT_INIT_LAYERS = DRAFT.init_layers
 
 
 def vocab_size_of(model) -> int:
@@ -78,85 +75,37 @@ def fit_logits(logits: torch.Tensor, target_size: int, shared_tokens: int | None
     return out
 
 
-def is_embedded_target(target) -> bool:
-    return all(getattr(target.config, k, None) == v for k, v in EMBEDDED_SHAPE.items())
-
-
-def _require_embedded(target, what: str):
-    if target is None:
-        raise ValueError(f"the shipped {what} needs the target model: load_proposer(name, target)")
-    if not is_embedded_target(target):
-        raise ValueError(f"the shipped {what} weights were trained for SmolLM2-135M-Instruct "
-                         f"({EMBEDDED_SHAPE}); for another target build the proposer with your own model")
-
-
 def build_draft_model(target, init_layers=DEFAULT_INIT_LAYERS):
     """A small LlamaForCausalLM made of copies of the target's ``init_layers``, sharing the target's
     embeddings and lm_head (so it costs no extra vocabulary weights)."""
-    from transformers import AutoModelForCausalLM
-
     init_layers = [int(i) for i in init_layers]
-    n_target = target.config.num_hidden_layers
+    n_target = decoder.num_layers(target)
     if not init_layers or any(i < 0 or i >= n_target for i in init_layers):
         raise ValueError(f"init_layers must be indices in [0, {n_target}), got {init_layers}")
-    config = copy.deepcopy(target.config)
-    config.num_hidden_layers = len(init_layers)
-    if getattr(config, "layer_types", None) is not None:
-        config.layer_types = [target.config.layer_types[i] for i in init_layers]
-    with torch.device("meta"):
-        draft = AutoModelForCausalLM.from_config(config)
-    base = draft.model
-    base.layers = torch.nn.ModuleList()
-    for new_idx, i in enumerate(init_layers):
-        layer = copy.deepcopy(target.model.layers[i])
-        layer.self_attn.layer_idx = new_idx  # the cache is indexed by the draft's own layer number
-        base.layers.append(layer)
-    base.norm = copy.deepcopy(target.model.norm)
-    base.rotary_emb = copy.deepcopy(target.model.rotary_emb)
-    base.embed_tokens = target.model.embed_tokens  # shared, frozen
-    draft.lm_head = target.lm_head  # shared (tied to the embeddings in SmolLM2)
-    draft.generation_config = copy.deepcopy(target.generation_config)
+    draft = decoder.model_from_layers(target, init_layers)  # each layer renumbered for the draft's cache
     draft.config.init_layers = init_layers
     return draft.eval()
 
 
 def trainable_state(draft) -> dict:
     """The draft's own weights (layers and final norm), without the shared embeddings / lm_head."""
-    return {k: v for k, v in draft.state_dict().items()
-            if not (k.startswith("model.embed_tokens") or k.startswith("lm_head"))}
+    return {k: v for k, v in draft.state_dict().items() if not decoder.is_shared_param(k)}
 
 
 def save_draft(draft, path=DRAFT_WEIGHTS, meta: dict | None = None) -> Path:
-    from safetensors.torch import save_file
-
-    state = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in trainable_state(draft).items()}
-    meta = dict(meta or {})
-    meta["init_layers"] = json.dumps(list(draft.config.init_layers))
-    save_file(state, str(path), metadata={k: str(v) for k, v in meta.items()})
-    return Path(path)
-
-
-def weights_metadata(path) -> dict:
-    from safetensors import safe_open
-
-    with safe_open(str(path), framework="pt") as f:
-        return dict(f.metadata() or {})
+    return save_weights(trainable_state(draft), path,
+                        {**(meta or {}), "init_layers": json.dumps(list(draft.config.init_layers))})
 
 
 def load_draft_model(target, path=DRAFT_WEIGHTS):
     """The shipped, distilled draft for the embedded target (on the target's device and dtype)."""
-    from safetensors.torch import load_file
-
-    _require_embedded(target, "draft model")
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing; train it with `python -m specdecode_ref.training draft`")
+    require_embedded(target, "draft model")
+    path = require_file(path, "draft")
     meta = weights_metadata(path)
     draft = build_draft_model(target, json.loads(meta["init_layers"]))
     param = next(target.parameters())
-    state = {k: v.to(dtype=param.dtype) for k, v in load_file(str(path)).items()}
-    missing, unexpected = draft.load_state_dict(state, strict=False)
-    missing = [m for m in missing if not (m.startswith("model.embed_tokens") or m.startswith("lm_head"))]
+    missing, unexpected = draft.load_state_dict(load_weights(path, param), strict=False)
+    missing = [m for m in missing if not decoder.is_shared_param(m)]
     if missing or unexpected:
         raise RuntimeError(f"{path} does not fit the draft: missing={missing} unexpected={unexpected}")
     draft.to(param.device).eval()
@@ -168,7 +117,7 @@ class DraftModelProposer(Proposer):
     """Drafts ``k`` tokens with a separate causal LM that shares the target's vocabulary.
 
     draft_vocab: optional LongTensor of token ids; the draft then picks only among them, through a
-    vocabulary projection restricted to those rows (see draft_vocab.py). Needs a model with
+    vocabulary projection restricted to those rows (see vocab.py). Needs a model with
     ``.model`` (the decoder) and an output embedding, as every transformers causal LM has.
     """
 
@@ -204,19 +153,8 @@ class DraftModelProposer(Proposer):
             out = self.model(input_ids=x, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
             self.cache = out.past_key_values
             return fit_logits(out.logits[0, -1], self.target_size, self.shared_tokens)
-        out = self.model.model(input_ids=x, past_key_values=self.cache, use_cache=True)
-        self.cache = out.past_key_values
-        return self.head.logits(out.last_hidden_state[0, -1])
-
-    def _choose(self, logits: torch.Tensor, state: DecodeState):
-        """The next draft token and, when sampling, the draft distribution q it was drawn from."""
-        if state.sampling.is_greedy:
-            index = int(logits.argmax())
-            return (index if self.head is None else int(self.head.ids[index])), None
-        full = logits if self.head is None else fit_logits(self.head.full_logits(logits), self.target_size, None)
-        q = logits_to_probs(full.float(), state.sampling)
-        tok = int(torch.multinomial(q, 1, generator=state.generator))
-        return tok, q
+        h, self.cache = decoder.last_hidden(self.model, x, cache=self.cache)
+        return self.head.logits(h[0, -1])
 
     def propose(self, state: DecodeState) -> Draft:
         if self.cache is None:
@@ -225,17 +163,11 @@ class DraftModelProposer(Proposer):
         if self.shared_tokens is not None and max(pending) >= vocab_size_of(self.model):
             raise ValueError(f"the target produced id {max(pending)}, a row the draft's padded vocabulary "
                              f"({vocab_size_of(self.model)} rows) does not have")
-        logits = self._logits(pending)
-        tokens, probs = [], []
-        for i in range(self.k):
-            tok, q = self._choose(logits, state)
-            tokens.append(tok)
-            if q is not None:
-                probs.append(q)
-            if i + 1 < self.k:
-                logits = self._logits([tok])
-        device = next(self.model.parameters()).device
-        return Draft(torch.tensor(tokens, dtype=torch.long, device=device), torch.stack(probs) if probs else None)
+        # Without a reduced vocabulary _logits already fits the target's size; with one, q is
+        # scattered to the draft's full vocabulary and then fitted.
+        return draft_chain(self.k, self._logits(pending), lambda tok, i: self._logits([tok]), state,
+                           next(self.model.parameters()).device, self.head,
+                           widen=lambda full: fit_logits(full, self.target_size, None))
 
     def on_verified(self, state: DecodeState, outcome: StepOutcome) -> None:
         # The cache holds the committed prefix, the last committed token and the drafts fed so far.

@@ -12,7 +12,7 @@ token: its input at position t is ``[f_t, emb(x_{t+1})]``.
 **The head.** ``fc``: a linear fuse 2H -> H, then ONE Llama decoder layer (initialised as a copy of
 the target's last layer, with its own one-layer KV cache) and a copy of the target's final norm.
 The target's embeddings and lm_head are shared and frozen (the lm_head may be restricted to the
-reduced draft vocabulary, draft_vocab.py).
+reduced draft vocabulary, vocab.py).
 
 **The feature** is the target's *final normed* hidden state: what ``hidden_states[-1]`` of a
 transformers forward and ``Corpus.hidden`` hold, i.e. exactly what the lm_head reads. (EAGLE's
@@ -50,32 +50,17 @@ tree), ``eagle/model/utils.py`` (tree buffers, verification, cache update); vLLM
 """
 from __future__ import annotations
 
-import copy
-from pathlib import Path
-
 import torch
 
-from .. import kv, trees
-from .vocab import VocabHead
-from ..sampling import logits_to_probs
+from .. import decoder, kv, trees
+from ..masks import causal_additive_mask, tree_attention_mask
 from .base import DecodeState, Draft, Proposer, StepOutcome
-from .draft_model import WEIGHTS_DIR, _require_embedded, weights_metadata
+from .drafting import draft_chain
+from .shipped import (WEIGHTS_DIR, load_weights, require_embedded, require_file, require_same_target, save_weights,
+                      shipped_vocab, weights_metadata)
+from .vocab import VocabHead
 
 EAGLE_WEIGHTS = WEIGHTS_DIR / "smollm2-135m-eagle.safetensors"
-
-
-def additive_mask(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """A boolean visibility mask as the additive float mask every attention back-end accepts."""
-    mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
-    return mask.masked_fill_(~visible, torch.finfo(dtype).min)
-
-
-def causal_additive_mask(q_len: int, past_len: int, dtype: torch.dtype, device=None) -> torch.Tensor:
-    """[1, 1, q, past+q]: query i (at position past+i) sees keys 0..past+i (additive form of
-    ``early_exit.causal_mask``)."""
-    from .early_exit import causal_mask
-
-    return additive_mask(causal_mask(q_len, past_len, device), dtype)
 
 
 class EagleHead(torch.nn.Module):
@@ -97,25 +82,21 @@ class EagleHead(torch.nn.Module):
 
         mask: a 4D mask over the cache plus the new entries (None for a single query: sees everything).
         """
-        emb = target.model.embed_tokens(tokens).to(features.dtype)
+        emb = decoder.embed(target, tokens).to(features.dtype)
         x = self.fc(torch.cat([features, emb], dim=-1))
-        pe = target.model.rotary_emb(x, position_ids=positions)
-        h = self.layer(x, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                       use_cache=cache is not None, position_embeddings=pe)
-        return self.norm(h)
+        rope = decoder.rotary(target, x, positions)
+        return self.norm(decoder.run_layer(self.layer, x, positions, rope, cache, mask))
 
 
 def build_eagle_head(target) -> EagleHead:
     """A head initialised from the target: layer = a copy of its last layer, norm = a copy of its final
     norm, fc = [I | I] (feature plus token embedding, the residual stream's two ingredients) with zero
     bias, so even the untrained head passes both inputs through."""
-    base = getattr(target, "model", None)
-    if base is None or not hasattr(base, "layers") or not hasattr(base, "rotary_emb"):
-        raise ValueError("EAGLE needs a Llama-style decoder (model.layers, model.rotary_emb, model.norm)")
-    n = target.config.num_hidden_layers
+    decoder.require_llama_style(target, "EAGLE")
+    n = decoder.num_layers(target)
     H = target.config.hidden_size
     param = next(target.parameters())
-    head = EagleHead(copy.deepcopy(base.layers[n - 1]), copy.deepcopy(base.norm), H)
+    head = EagleHead(decoder.copy_layer(target, n - 1), decoder.copy_final_norm(target), H)
     with torch.no_grad():
         eye = torch.eye(H)
         head.fc.weight.copy_(torch.cat([eye, eye], dim=1))
@@ -123,26 +104,16 @@ def build_eagle_head(target) -> EagleHead:
     return head.to(device=param.device, dtype=param.dtype).eval()
 
 
-def save_eagle(head: EagleHead, path=EAGLE_WEIGHTS, meta: dict | None = None) -> Path:
+def save_eagle(head: EagleHead, path=EAGLE_WEIGHTS, meta: dict | None = None):
     """The head's own weights (fc, layer, norm) in bf16, with ``meta`` as safetensors metadata."""
-    from safetensors.torch import save_file
-
-    state = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in head.state_dict().items()}
-    meta = dict(meta or {})
-    meta["format"] = "eagle-head-v1"
-    save_file(state, str(path), metadata={k: str(v) for k, v in meta.items()})
-    return Path(path)
+    return save_weights(head.state_dict(), path, {**(meta or {}), "format": "eagle-head-v1"})
 
 
 def load_eagle_weights(target, path) -> EagleHead:
     """A head for ``target`` with the weights in ``path`` (any target shape; no embedded check)."""
-    from safetensors.torch import load_file
-
-    path = Path(path)
     head = build_eagle_head(target)
     param = next(target.parameters())
-    state = {k: v.to(param.dtype) for k, v in load_file(str(path)).items()}
-    missing, unexpected = head.load_state_dict(state, strict=False)
+    missing, unexpected = head.load_state_dict(load_weights(path, param), strict=False)
     if missing or unexpected:
         raise RuntimeError(f"{path} does not fit the EAGLE head: missing={missing} unexpected={unexpected}")
     return head.to(param.device).eval().requires_grad_(False)
@@ -150,11 +121,8 @@ def load_eagle_weights(target, path) -> EagleHead:
 
 def load_eagle_head(target, path=EAGLE_WEIGHTS) -> EagleHead:
     """The shipped, trained head for the embedded target (on the target's device and dtype)."""
-    _require_embedded(target, "EAGLE head")
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing; train it with `python -m specdecode_ref.training eagle`")
-    return load_eagle_weights(target, path)
+    require_embedded(target, "EAGLE head")
+    return load_eagle_weights(target, require_file(path, "eagle"))
 
 
 def eagle_metadata(path=EAGLE_WEIGHTS) -> dict:
@@ -167,7 +135,7 @@ class EagleProposer(Proposer):
     Chain mode (``tree=False``): ``k`` tokens, greedy or sampled (q returned).
     Tree mode (``tree=True``): EAGLE-2's dynamic tree of at most ``k`` nodes, ``depth`` levels,
     expanding the ``beam`` best nodes of each level with their ``branch`` best children; probs=None.
-    draft_vocab: optional LongTensor of ids; the head's lm_head is restricted to them (draft_vocab.py).
+    draft_vocab: optional LongTensor of ids; the head's lm_head is restricted to them (vocab.py).
     """
 
     name = "eagle"
@@ -188,9 +156,8 @@ class EagleProposer(Proposer):
         self._last = None  # the head's output at position N-2: f̂_{N-1}, whose lm_head gives x_N
 
     def check_compatible(self, target) -> None:
-        if target is not self.target:
-            raise ValueError("an EagleProposer reads the features and shares the embeddings of the target it "
-                             "was built for; pass that same model to generate()")
+        require_same_target(self.target, target, "an EagleProposer reads the features and shares the embeddings "
+                            "of the target it was built for; pass that same model to generate()")
 
     @property
     def _device(self):
@@ -245,12 +212,6 @@ class EagleProposer(Proposer):
         t = torch.tensor([tokens], dtype=torch.long, device=self._device)
         return self.head(features[None], t, positions, mask, self.target, self.head_cache)[0]
 
-    def _choose(self, logits, state):
-        if state.sampling.is_greedy:
-            return int(self.vocab.to_token(logits.argmax())), None
-        q = logits_to_probs(self.vocab.full_logits(logits).float(), state.sampling)
-        return int(torch.multinomial(q, 1, generator=state.generator)), q
-
     def propose(self, state: DecodeState) -> Draft:
         if self.head_cache is None or self._last is None:
             raise RuntimeError("propose() before begin()")
@@ -264,16 +225,14 @@ class EagleProposer(Proposer):
             kv.crop_to(self.head_cache, committed)  # the drafted entries are never kept
 
     def _propose_chain(self, state: DecodeState, n: int) -> Draft:
-        out, tokens, probs = self._last, [], []
-        for i in range(self.k):
-            tok, q = self._choose(self.vocab.logits(out), state)
-            tokens.append(tok)
-            if q is not None:
-                probs.append(q)
-            if i + 1 < self.k:  # input [f̂_{N-1+i}, emb(d_{i+1})] at position N-1+i gives f̂_{N+i}
-                out = self._step(out[None], [tok], torch.tensor([[n - 1 + i]], device=self._device), None)[0]
-        return Draft(torch.tensor(tokens, dtype=torch.long, device=self._device),
-                     torch.stack(probs) if probs else None)
+        out = self._last
+
+        def advance(tok: int, i: int) -> torch.Tensor:
+            nonlocal out  # input [f̂_{N-1+i}, emb(d_{i+1})] at position N-1+i gives f̂_{N+i}
+            out = self._step(out[None], [tok], torch.tensor([[n - 1 + i]], device=self._device), None)[0]
+            return self.vocab.logits(out)
+
+        return draft_chain(self.k, self.vocab.logits(out), advance, state, self._device, self.vocab)
 
     def _top_children(self, out: torch.Tensor):
         """log-probabilities and token ids of the ``branch`` best children, from features [q, H]."""
@@ -287,7 +246,7 @@ class EagleProposer(Proposer):
         token is the root x_{N-1}), then the tree's entries. This is exactly the layout the target's
         tree forward has, so trees.py's mask and depth-based positions apply unchanged; a level keeps
         the rows of its new entries."""
-        return (trees.tree_attention_mask(hpar, past, dtype=self._dtype, device=self._device),
+        return (tree_attention_mask(hpar, past, dtype=self._dtype, device=self._device),
                 trees.tree_position_ids(hpar, past, device=self._device))
 
     def _propose_tree(self, n: int) -> Draft:
@@ -347,11 +306,7 @@ def load_eagle_proposer(target, k: int | None = None, tree: bool = False, reduce
     """The shipped EAGLE head on the embedded target. Chain (default k = 4) or tree (``tree=True``:
     default k = 16 nodes, depth 5, beam 4, branch 4). reduced_vocab drafts among the shipped 8,192
     most frequent answer tokens."""
-    from .draft_model import DRAFT_VOCAB
-    from .vocab import load_vocab
-
     head = load_eagle_head(target, path)
     if k is None:
         k = 16 if tree else 4
-    vocab = load_vocab(DRAFT_VOCAB) if reduced_vocab else None
-    return EagleProposer(target, head, k=k, tree=tree, draft_vocab=vocab, **kwargs)
+    return EagleProposer(target, head, k=k, tree=tree, draft_vocab=shipped_vocab(reduced_vocab), **kwargs)

@@ -22,37 +22,20 @@ not the cache.
 """
 from __future__ import annotations
 
-import copy
 import json
-from pathlib import Path
 
 import torch
 
-from .. import kv
-from .vocab import VocabHead
-from ..sampling import logits_to_probs
+from .. import decoder, kv
+from ..decoder import run_layers
+from ..masks import causal_mask
 from .base import DecodeState, Draft, Proposer, StepOutcome
-from .draft_model import WEIGHTS_DIR, _require_embedded
+from .drafting import draft_chain
+from .shipped import (WEIGHTS_DIR, load_weights, require_embedded, require_file, require_same_target, save_weights,
+                      weights_metadata)
+from .vocab import VocabHead
 
 EXIT_WEIGHTS = WEIGHTS_DIR / "smollm2-135m-exit-adapters.safetensors"
-
-
-def causal_mask(q_len: int, past_len: int, device=None) -> torch.Tensor:
-    """Boolean [1, 1, q, past+q]: query i (at position past+i) sees keys 0..past+i."""
-    rows = torch.arange(q_len, device=device)[:, None] + past_len
-    cols = torch.arange(past_len + q_len, device=device)[None, :]
-    return (cols <= rows)[None, None]
-
-
-def run_layers(target, hidden, positions, layers, cache=None, mask=None):
-    """Run the target's decoder ``layers`` (an index range) on ``hidden`` [B, q, H] at ``positions``
-    [B, q]: the slice of the model's own forward that self-speculation needs (HF modules, HF cache)."""
-    base = target.model
-    pe = base.rotary_emb(hidden, position_ids=positions)
-    for i in layers:
-        hidden = base.layers[i](hidden, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                                use_cache=cache is not None, position_embeddings=pe)
-    return hidden
 
 
 class ExitAdapter(torch.nn.Module):
@@ -67,47 +50,34 @@ class ExitAdapter(torch.nn.Module):
         self.exit_layer = int(exit_layer)
 
     def forward(self, hidden, positions, mask, target, cache=None):
-        pe = target.model.rotary_emb(hidden, position_ids=positions)
-        h = self.layer(hidden, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                       use_cache=cache is not None, position_embeddings=pe)
-        return self.norm(h)
+        """hidden [B, q, H] (the residual stream entering the exit layer), positions [B, q] -> the
+        normed state [B, q, H] the target's lm_head reads."""
+        rope = decoder.rotary(target, hidden, positions)
+        return self.norm(decoder.run_layer(self.layer, hidden, positions, rope, cache, mask))
 
 
 def build_adapter(target, exit_layer: int) -> ExitAdapter:
     """An adapter initialised from the target's last layer and final norm (both copied)."""
-    n = target.config.num_hidden_layers
+    decoder.require_llama_style(target, "early exit")
+    n = decoder.num_layers(target)
     if not 1 <= exit_layer < n:
         raise ValueError(f"exit_layer must be in [1, {n - 1}] for a {n}-layer target, got {exit_layer}")
-    return ExitAdapter(copy.deepcopy(target.model.layers[n - 1]), copy.deepcopy(target.model.norm), exit_layer)
+    return ExitAdapter(decoder.copy_layer(target, n - 1), decoder.copy_final_norm(target), exit_layer)
 
 
-def save_adapters(adapters: dict, path=EXIT_WEIGHTS, meta: dict | None = None) -> Path:
-    from safetensors.torch import save_file
-
-    state = {}
-    for L, a in adapters.items():
-        for k, v in a.state_dict().items():
-            state[f"exit{L}.{k}"] = v.detach().to(torch.bfloat16).contiguous()
-    meta = dict(meta or {})
-    meta["exits"] = json.dumps(sorted(int(L) for L in adapters))
-    save_file(state, str(path), metadata={k: str(v) for k, v in meta.items()})
-    return Path(path)
+def save_adapters(adapters: dict, path=EXIT_WEIGHTS, meta: dict | None = None):
+    state = {f"exit{L}.{k}": v for L, a in adapters.items() for k, v in a.state_dict().items()}
+    return save_weights(state, path, {**(meta or {}), "exits": json.dumps(sorted(int(L) for L in adapters))})
 
 
 def shipped_exits(path=EXIT_WEIGHTS) -> list:
-    from .draft_model import weights_metadata
-
     return json.loads(weights_metadata(path)["exits"])
 
 
 def load_adapter(target, exit_layer: int | None = None, path=EXIT_WEIGHTS) -> ExitAdapter:
     """The shipped adapter for ``exit_layer`` (default: the first shipped one)."""
-    from safetensors.torch import load_file
-
-    _require_embedded(target, "exit adapter")
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing; train it with `python -m specdecode_ref.training early-exit`")
+    require_embedded(target, "exit adapter")
+    path = require_file(path, "early-exit")
     exits = shipped_exits(path)
     exit_layer = exits[0] if exit_layer is None else int(exit_layer)
     if exit_layer not in exits:
@@ -115,7 +85,7 @@ def load_adapter(target, exit_layer: int | None = None, path=EXIT_WEIGHTS) -> Ex
     adapter = build_adapter(target, exit_layer)
     prefix = f"exit{exit_layer}."
     param = next(target.parameters())
-    state = {k[len(prefix):]: v.to(param.dtype) for k, v in load_file(str(path)).items() if k.startswith(prefix)}
+    state = {k[len(prefix):]: v for k, v in load_weights(path, param).items() if k.startswith(prefix)}
     adapter.load_state_dict(state)
     return adapter.to(param.device).eval().requires_grad_(False)
 
@@ -124,7 +94,7 @@ class EarlyExitProposer(Proposer):
     """Draft with the target's first ``adapter.exit_layer`` layers + the exit adapter.
 
     reuse_kv: verification skips layers 0..L-1 for drafted tokens (shared cache). draft_vocab: an
-    optional frequency-ranked subset for the draft's vocabulary projection (draft_vocab.py).
+    optional frequency-ranked subset for the draft's vocabulary projection (vocab.py).
     """
 
     name = "early-exit"
@@ -144,12 +114,9 @@ class EarlyExitProposer(Proposer):
         self._scored_h = (0, None)  # (first position, layer-L states) of the last verification forward
 
     def check_compatible(self, target) -> None:
-        if target is not self.target:
-            raise ValueError("an EarlyExitProposer drafts with the layers of the target it was built for; "
-                             "pass that same model to generate()")
-        base = getattr(target, "model", None)
-        if base is None or not hasattr(base, "layers") or not hasattr(base, "rotary_emb"):
-            raise ValueError("early exit needs a Llama-style decoder (model.layers, model.rotary_emb)")
+        require_same_target(self.target, target, "an EarlyExitProposer drafts with the layers of the target it "
+                            "was built for; pass that same model to generate()")
+        decoder.require_llama_style(target, "early exit")
 
     @property
     def _device(self):
@@ -168,33 +135,21 @@ class EarlyExitProposer(Proposer):
 
     def _draft_step(self, token: int, position: int) -> torch.Tensor:
         """Token at ``position`` through layers 0..L-1 (into the shared cache) and the adapter."""
-        x = self.target.model.embed_tokens(torch.tensor([[token]], device=self._device))
+        x = decoder.embed(self.target, torch.tensor([[token]], device=self._device))
         pos = torch.tensor([[position]], device=self._device)
         h = run_layers(self.target, x, pos, range(self.L), self.cache)
         self._h.append(h)
         out = self.adapter(h, pos, None, self.target, self.adapter_cache)
         return self.head.logits(out[0, -1])
 
-    def _choose(self, logits, state):
-        if state.sampling.is_greedy:
-            return int(self.head.to_token(logits.argmax())), None
-        q = logits_to_probs(self.head.full_logits(logits).float(), state.sampling)
-        return int(torch.multinomial(q, 1, generator=state.generator)), q
-
     def propose(self, state: DecodeState) -> Draft:
         if self.cache is None:
             raise RuntimeError("propose() before begin()")
         n = len(state.token_list)
         self._h = []
-        token, tokens, probs = state.token_list[-1], [], []
-        for i in range(self.k):
-            tok, q = self._choose(self._draft_step(token, n - 1 + i), state)
-            tokens.append(tok)
-            if q is not None:
-                probs.append(q)
-            token = tok
-        return Draft(torch.tensor(tokens, dtype=torch.long, device=self._device),
-                     torch.stack(probs) if probs else None)
+        # Draft token i + 1 sits at position n + i: the last committed token is at n - 1.
+        return draft_chain(self.k, self._draft_step(state.token_list[-1], n - 1),
+                           lambda tok, i: self._draft_step(tok, n + i), state, self._device, self.head)
 
     def score(self, state: DecodeState, ids: list):
         """The verification forward over ``ids`` = [last committed] + draft, in the shared cache.
@@ -213,15 +168,15 @@ class EarlyExitProposer(Proposer):
         kv.crop_layers_to(self.cache, n - 1 + have, early)
         hs = self._h[:have]
         if m > have:  # the last draft token never went through the early layers
-            x = self.target.model.embed_tokens(torch.tensor([[ids[-1]]], device=self._device))
+            x = decoder.embed(self.target, torch.tensor([[ids[-1]]], device=self._device))
             hs.append(run_layers(self.target, x, torch.tensor([[n - 1 + have]], device=self._device), early,
                                  self.cache))
         h = torch.cat(hs, dim=1)
         self._scored_h = (n - 1, h)  # layer-L states of every scored position, for on_verified
         pos = torch.arange(n - 1, n - 1 + m, device=self._device)[None]
-        h = run_layers(self.target, h, pos, range(self.L, self.target.config.num_hidden_layers), self.cache,
+        h = run_layers(self.target, h, pos, range(self.L, decoder.num_layers(self.target)), self.cache,
                        causal_mask(m, n - 1, self._device) if m > 1 else None)
-        return self.target.lm_head(self.target.model.norm(h))[0]
+        return decoder.logits_from_residual(self.target, h)[0]
 
     def on_verified(self, state: DecodeState, outcome: StepOutcome) -> None:
         committed_before = len(state.token_list) - len(outcome.emitted)

@@ -12,7 +12,7 @@ feature is stored in the distillation corpus (distill.py) and no target forward 
 ``ResBlock``s, ``x + SiLU(Linear(x))`` (the linear initialised to zero weight, so an untrained
 head starts as the identity), then a vocabulary projection. Here the projection is the TARGET's
 lm_head, shared and frozen, optionally restricted to the reduced draft vocabulary
-(draft_vocab.VocabHead). Medusa gives each head its own 576 x 49,152 projection; for SmolLM2 that
+(vocab.VocabHead). Medusa gives each head its own 576 x 49,152 projection; for SmolLM2 that
 would be 56 MB of bf16 weights *per head*, over the course's 50 MB budget for all shipped weights,
 and one more ~2.7 ms projection per head per step on this CPU. Sharing it, all heads go through
 one projection call ([num_heads, H] @ W^T, memory-bound, so about the cost of one row), and only
@@ -57,9 +57,10 @@ from pathlib import Path
 import torch
 
 from .. import trees
-from .vocab import VocabHead
 from .base import DecodeState, Draft, Proposer, StepOutcome
-from .draft_model import WEIGHTS_DIR, _require_embedded, weights_metadata
+from .shipped import (WEIGHTS_DIR, load_weights, require_embedded, require_file, require_same_target, save_weights,
+                      shipped_vocab, weights_metadata)
+from .vocab import VocabHead
 
 MEDUSA_WEIGHTS = WEIGHTS_DIR / "smollm2-135m-medusa.safetensors"
 DEFAULT_TREE_NODES = 8  # the default node budget of a derived tree (load_medusa_proposer)
@@ -91,12 +92,6 @@ class MedusaHeads(torch.nn.Module):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         return torch.stack([head(h) for head in self.heads], dim=-2)
-
-
-def build_medusa_heads(target, num_heads: int = 3, num_layers: int = 1) -> MedusaHeads:
-    """Fresh (identity-initialised) heads on the target's device and dtype."""
-    param = next(target.parameters())
-    return MedusaHeads(target.config.hidden_size, num_heads, num_layers).to(param.device, param.dtype)
 
 
 def project(target, features: torch.Tensor) -> torch.Tensor:
@@ -161,15 +156,11 @@ def save_medusa_heads(heads: MedusaHeads, path=MEDUSA_WEIGHTS, meta: dict | None
     """Write the heads (bf16) with their shape, and ``meta`` (e.g. ``rank_accuracy``, ``top1``,
     ``top5`` per head, ``choices``: lists are stored as JSON) in the safetensors metadata. With
     ``target`` also the shape of the target they were trained for (checked on load)."""
-    from safetensors.torch import save_file
-
-    state = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in heads.state_dict().items()}
     meta = {k: (json.dumps(v) if isinstance(v, (list, dict, tuple)) else v) for k, v in (meta or {}).items()}
     meta.update(num_heads=heads.num_heads, num_layers=heads.num_layers, hidden_size=heads.hidden_size)
     if target is not None:
         meta.update(target_vocab_size=target.config.vocab_size, target_layers=target.config.num_hidden_layers)
-    save_file(state, str(path), metadata={k: str(v) for k, v in meta.items()})
-    return Path(path)
+    return save_weights(heads.state_dict(), path, meta)
 
 
 def medusa_metadata(path=MEDUSA_WEIGHTS) -> dict:
@@ -186,13 +177,10 @@ def medusa_metadata(path=MEDUSA_WEIGHTS) -> dict:
 def load_medusa_heads(target, path=MEDUSA_WEIGHTS) -> MedusaHeads:
     """Heads from ``path`` (default: the shipped ones, trained for the embedded SmolLM2-135M) on the
     target's device and dtype, frozen."""
-    from safetensors.torch import load_file
-
     path = Path(path)
     if path.resolve() == MEDUSA_WEIGHTS.resolve():
-        _require_embedded(target, "Medusa heads")
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing; train it with `python -m specdecode_ref.training medusa`")
+        require_embedded(target, "Medusa heads")
+    require_file(path, "medusa")
     meta = medusa_metadata(path)
     hidden = int(meta["hidden_size"])
     if hidden != target.config.hidden_size or \
@@ -202,7 +190,7 @@ def load_medusa_heads(target, path=MEDUSA_WEIGHTS) -> MedusaHeads:
                          f"{target.config.vocab_size}: heads read one model's features, train them for yours")
     heads = MedusaHeads(hidden, int(meta["num_heads"]), int(meta["num_layers"]))
     param = next(target.parameters())
-    heads.load_state_dict(load_file(str(path)))
+    heads.load_state_dict(load_weights(path))
     return heads.to(param.device, param.dtype).eval().requires_grad_(False)
 
 
@@ -249,9 +237,8 @@ class MedusaProposer(Proposer):
         self._feature = None
 
     def check_compatible(self, target) -> None:
-        if target is not self.target:
-            raise ValueError("a MedusaProposer reads the hidden states of the target it was built for (and shares "
-                             "its lm_head); pass that same model to generate()")
+        require_same_target(self.target, target, "a MedusaProposer reads the hidden states of the target it was "
+                            "built for (and shares its lm_head); pass that same model to generate()")
 
     @property
     def _device(self):
@@ -297,15 +284,10 @@ def load_medusa_proposer(target, k: int = DEFAULT_TREE_NODES, tree: bool = True,
 
     tree=True: a tree of ``k`` nodes derived (derive_choices) from the held-out rank accuracies in
     the weights' metadata, or ``choices`` if given. tree=False: a chain of min(k, num_heads) tokens.
-    reduced_vocab: draft among the shipped frequency-ranked draft vocabulary (draft_vocab.py).
+    reduced_vocab: draft among the shipped frequency-ranked draft vocabulary (vocab.py).
     """
     heads = load_medusa_heads(target, path)
-    vocab = None
-    if reduced_vocab:
-        from .vocab import load_vocab
-        from .draft_model import DRAFT_VOCAB
-
-        vocab = load_vocab(DRAFT_VOCAB)
+    vocab = shipped_vocab(reduced_vocab)
     if tree and choices is None:
         acc = medusa_metadata(path).get("rank_accuracy")
         if acc is None:

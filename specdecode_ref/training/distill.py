@@ -24,7 +24,9 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from .. import decoder
 from ..models import cache_dir
+from .recipes import CORPUS
 
 CORPUS_VERSION = 1
 
@@ -57,7 +59,7 @@ class Corpus:
     def num_tokens(self) -> int:
         return sum(int(t.numel()) for t in self.ids)
 
-    def split(self, holdout_fraction: float = 0.03, seed: int = 0):
+    def split(self, holdout_fraction: float = CORPUS.holdout_fraction, seed: int = 0):
         """(train, holdout) by sequence, reproducibly."""
         g = torch.Generator().manual_seed(seed)
         order = torch.randperm(len(self), generator=g).tolist()
@@ -105,9 +107,9 @@ def _eos_ids(model, tokenizer) -> set:
 
 
 @torch.inference_mode()
-def generate_responses(model, tokenizer, conversations, max_new_tokens: int = 160, batch_size: int = 32,
-                       temperature: float = 0.0, max_prompt_tokens: int = 384, seed: int = 0,
-                       desc: str = "generating") -> list:
+def generate_responses(model, tokenizer, conversations, max_new_tokens: int = CORPUS.max_new_tokens,
+                       batch_size: int = CORPUS.batch_size, temperature: float = 0.0, max_prompt_tokens: int = 384,
+                       seed: int = 0, desc: str = "generating") -> list:
     """The target's answers to ``conversations`` (lists of chat messages), generated in batches.
 
     Returns a list of (prompt_ids, response_ids) LongTensor pairs; a response ends at the first EOS
@@ -154,7 +156,7 @@ def generate_responses(model, tokenizer, conversations, max_new_tokens: int = 16
 
 
 @torch.inference_mode()
-def teacher_pass(model, pairs, top_k: int = 20, keep_hidden: bool = True, batch_tokens: int = 2048,
+def teacher_pass(model, pairs, top_k: int = CORPUS.top_k, keep_hidden: bool = True, batch_tokens: int = 2048,
                  desc: str = "teacher pass") -> Corpus:
     """Score each prompt+response once with the target: top-k log-probs at response positions and,
     if ``keep_hidden``, the last hidden state at every position."""
@@ -180,11 +182,11 @@ def teacher_pass(model, pairs, top_k: int = 20, keep_hidden: bool = True, batch_
             s = seqs[k][0]
             x[row, : s.numel()] = s
             mask[row, : s.numel()] = 1
-        h = model.model(input_ids=x.to(device), attention_mask=mask.to(device)).last_hidden_state
+        h, _ = decoder.last_hidden(model, x.to(device), mask.to(device))
         for row, k in enumerate(idx):
             s, st = seqs[k]
             T = s.numel()
-            logits = model.lm_head(h[row, st - 1: T - 1]).float()
+            logits = decoder.lm_head(model, h[row, st - 1: T - 1]).float()
             logp = torch.log_softmax(logits, dim=-1)
             v, t = logp.topk(top_k, dim=-1)
             ids_out[k], start_out[k] = s, st
@@ -197,9 +199,9 @@ def teacher_pass(model, pairs, top_k: int = 20, keep_hidden: bool = True, batch_
     return Corpus(ids_out, start_out, tk_ids, tk_logp, hidden, {"top_k": top_k})
 
 
-def build_corpus(model, tokenizer, conversations, *, max_new_tokens: int = 160, batch_size: int = 32,
-                 temperatures=(0.0, 0.7), top_k: int = 20, keep_hidden: bool = True, seed: int = 0,
-                 checkpoint_dir=None) -> Corpus:
+def build_corpus(model, tokenizer, conversations, *, max_new_tokens: int = CORPUS.max_new_tokens,
+                 batch_size: int = CORPUS.batch_size, temperatures=CORPUS.temperatures, top_k: int = CORPUS.top_k,
+                 keep_hidden: bool = True, seed: int = 0, checkpoint_dir=None) -> Corpus:
     """Generate answers at each temperature (greedy answers are what greedy drafting faces; sampled
     ones add variety), then run the teacher pass over all of them.
 

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from specdecode_ref import SamplingParams, autoregressive_generate, chat_ids, generate
-from specdecode_ref.proposers.adaptive import AdaptiveK, FixedK, GoodputK, HeuristicK, draft_match_profile, replay
+from specdecode_ref.measure.replay import draft_match_profile, replay
+from specdecode_ref.proposers.adaptive import AdaptiveK, FixedK, GoodputK, HeuristicK
 from specdecode_ref.proposers import DecodeState, Draft, NgramProposer, Proposer, StepOutcome, load_proposer
 
 RISING = lambda k: 1.0 + 0.1 * k  # noqa: E731  a verify cost that grows with k, so long drafts must earn their keep

@@ -5,25 +5,13 @@ import copy
 import pytest
 import torch
 
-from support import make_tiny_llama, sampled_joint_pvalue
+from support import RecordsAccepted, make_tiny_llama, noisy, sampled_joint_pvalue
 from specdecode_ref import SamplingParams, autoregressive_generate, generate, kv
 from specdecode_ref.training import distill, train
 from specdecode_ref.proposers.draft_model import DraftModelProposer, build_draft_model
-from specdecode_ref.proposers.early_exit import EarlyExitProposer, build_adapter, causal_mask
-
-
-def noisy(module, scale, seed):
-    """A copy of ``module`` with Gaussian noise on its weights: a drafter that is right only sometimes."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * scale * p.std().clamp_min(1e-3))
-    return module
-
-
-@pytest.fixture(scope="module")
-def target4():
-    return make_tiny_llama(vocab_size=64, sharpness=1.0, seed=3, layers=4, init_range=0.3)
+from specdecode_ref.masks import causal_mask
+from specdecode_ref.proposers.early_exit import EarlyExitProposer, build_adapter
+from specdecode_ref.proposers import shipped
 
 
 def noisy_draft(target, scale=0.6, seed=0, layers=(0, 1, 2, 3)):
@@ -34,16 +22,10 @@ def noisy_draft(target, scale=0.6, seed=0, layers=(0, 1, 2, 3)):
 
 # --- draft model ---------------------------------------------------------------------------------
 
-class CheckedDraft(DraftModelProposer):
+class CheckedDraft(RecordsAccepted, DraftModelProposer):
     """Checks after every step that the draft cache equals a fresh prefill of committed tokens."""
 
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.accepted = []
-
-    def on_verified(self, state, outcome):
-        super().on_verified(state, outcome)
-        self.accepted.append(outcome.num_accepted)
+    def check(self, state, outcome):
         n = kv.cache_len(self.cache)
         committed_before = len(state.token_list) - len(outcome.emitted)
         assert n == min(committed_before + self.k - 1, committed_before + outcome.num_accepted)
@@ -164,17 +146,11 @@ def test_vocabulary_mismatch_is_a_clear_error(target4):
 
 # --- early exit ----------------------------------------------------------------------------------
 
-class CheckedExit(EarlyExitProposer):
+class CheckedExit(RecordsAccepted, EarlyExitProposer):
     """After every step: the shared cache equals a fresh prefill in *every* layer, and the adapter's
     cache equals a fresh adapter pass over the committed prefix."""
 
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.accepted = []
-
-    def on_verified(self, state, outcome):
-        super().on_verified(state, outcome)
-        self.accepted.append(outcome.num_accepted)
+    def check(self, state, outcome):
         ids = torch.tensor([state.token_list[:-1]])
         fresh = kv.new_cache(self.target)
         out = self.target(input_ids=ids, past_key_values=fresh, use_cache=True, output_hidden_states=True)
@@ -256,6 +232,8 @@ def test_early_exit_errors(target4):
 
 @pytest.fixture(scope="module")
 def tiny_corpus(target4):
+    # conftest's corpus with other random prompts (20 unused draws each), on which these training
+    # tests' thresholds were set
     g = torch.Generator().manual_seed(0)
     pairs = [(torch.randint(0, 64, (6,), generator=g), torch.randint(0, 64, (20,), generator=g)) for _ in range(48)]
     # self-distilled answers: the target's own greedy continuations of random prompts
@@ -329,7 +307,7 @@ def test_save_and_load_draft_roundtrip(target4, tmp_path):
 
     d = noisy_draft(target4, 0.5, 1)
     path = draft_model.save_draft(d, tmp_path / "d.safetensors", {"note": "test"})
-    meta = draft_model.weights_metadata(path)
+    meta = shipped.weights_metadata(path)
     assert meta["init_layers"] == "[0, 1, 2, 3]" and meta["note"] == "test"
     with pytest.raises(ValueError, match="SmolLM2"):
         draft_model.load_draft_model(target4, path)  # shipped loaders refuse a foreign target

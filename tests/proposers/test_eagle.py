@@ -6,19 +6,11 @@ import json
 import pytest
 import torch
 
-from support import make_tiny_llama, sampled_joint_pvalue
-from specdecode_ref import SamplingParams, autoregressive_generate, generate, kv, trees
-from specdecode_ref.training import distill, train
+from support import RecordsAccepted, make_tiny_llama, noisy, sampled_joint_pvalue
+from specdecode_ref import SamplingParams, autoregressive_generate, generate, kv, masks, trees
+from specdecode_ref.training import cli, distill, train
 from specdecode_ref.proposers import eagle
 from specdecode_ref.proposers.eagle import EagleProposer, build_eagle_head
-
-
-def noisy(module, scale, seed):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * scale * p.std().clamp_min(1e-3))
-    return module
 
 
 def good_head(target, scale=0.0, seed=0):
@@ -40,19 +32,6 @@ def target1():
 
 
 @pytest.fixture(scope="module")
-def target4():
-    return make_tiny_llama(vocab_size=64, sharpness=1.0, seed=3, layers=4, init_range=0.3)
-
-
-@pytest.fixture(scope="module")
-def tiny_corpus(target4):
-    g = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(0, 64, (6,), generator=g) for _ in range(48)]
-    pairs = [(p, autoregressive_generate(target4, p, max_new_tokens=20).tokens) for p in prompts]
-    return distill.teacher_pass(target4, pairs, top_k=8, keep_hidden=True, batch_tokens=256)
-
-
-@pytest.fixture(scope="module")
 def trained(target4, tiny_corpus):
     train_c, hold = tiny_corpus.split(0.2, seed=0)
     return train.train_eagle(target4, train_c, steps=40, lr=3e-3, batch_tokens=256, holdout=hold)
@@ -66,20 +45,14 @@ def fresh_head_pass(p, token_list):
         f = p.target.model(input_ids=torch.tensor([token_list[:-1]])).last_hidden_state
         cache = kv.new_cache()
         out = p.head(f, torch.tensor([token_list[1:]]), torch.arange(n - 1)[None],
-                     eagle.causal_additive_mask(n - 1, 0, f.dtype), p.target, cache)
+                     masks.causal_additive_mask(n - 1, 0, f.dtype), p.target, cache)
     return cache, out[0, -1]
 
 
-class CheckedEagle(EagleProposer):
+class CheckedEagle(RecordsAccepted, EagleProposer):
     """After every step: the head cache holds exactly positions 0..N-2 and equals a fresh pass."""
 
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.accepted = []
-
-    def on_verified(self, state, outcome):
-        super().on_verified(state, outcome)
-        self.accepted.append(outcome.num_accepted)
+    def check(self, state, outcome):
         assert kv.cache_len(self.head_cache) == len(state.token_list) - 1
         cache, last = fresh_head_pass(self, state.token_list)
         torch.testing.assert_close(self.head_cache.layers[0].keys, cache.layers[0].keys, atol=1e-4, rtol=1e-4)
@@ -205,7 +178,7 @@ def test_eagle_tree_planted_bug_siblings_see_each_other_is_caught(target4, train
     class CausalLevels(OracleChecked):
         def _level_mask(self, hpar, past):
             mask, pos = super()._level_mask(hpar, past)
-            return eagle.causal_additive_mask(len(hpar) + 1, past, mask.dtype), pos
+            return masks.causal_additive_mask(len(hpar) + 1, past, mask.dtype), pos
 
     p = CausalLevels(target4, trained[0], tree=True, k=16, depth=4, beam=4, branch=4)
     with pytest.raises(AssertionError):
@@ -283,7 +256,7 @@ def test_unrolled_training_matches_inference_drafting(target4, steps):
     checked against the proposer's way: a fresh cache of real inputs, then own outputs one by one."""
     from transformers import DynamicCache
 
-    from specdecode_ref.proposers.early_exit import causal_mask
+    from specdecode_ref.masks import causal_mask
 
     head = noisy(build_eagle_head(target4), 0.3, 1)
     g = torch.Generator().manual_seed(0)
@@ -295,7 +268,7 @@ def test_unrolled_training_matches_inference_drafting(target4, steps):
         cache = DynamicCache()
         outs = [head(f, tok, pos, causal_mask(q, 0), target4, cache)]
         for s in range(2, steps + 1):
-            outs.append(head(outs[-1][:, :-1], tok[:, s - 1:], pos[:, s - 1:], train.unrolled_mask(q, s), target4,
+            outs.append(head(outs[-1][:, :-1], tok[:, s - 1:], pos[:, s - 1:], masks.unrolled_mask(q, s), target4,
                              cache))
         for j in range(q - steps + 1):
             c = DynamicCache()
@@ -303,7 +276,7 @@ def test_unrolled_training_matches_inference_drafting(target4, steps):
             for s in range(2, steps + 1):  # drafted token s: own previous output, next real token
                 out = head(out, tok[:, j + s - 1: j + s], pos[:, j + s - 1: j + s], None, target4, c)
                 torch.testing.assert_close(outs[s - 1][:, j], out[:, 0], atol=1e-5, rtol=1e-4)
-    m = train.unrolled_mask(5, 3)[0, 0]
+    m = masks.unrolled_mask(5, 3)[0, 0]
     assert m.shape == (3, 5 + 4 + 3) and int(m[1, :5].sum()) == 2 and m[1, 5 + 1] and m[1, 9 + 1]
     with pytest.raises(ValueError, match="unroll"):
         train.eagle_loss_fn(target4, head, None, unroll=0)
@@ -376,7 +349,7 @@ def test_eagle_planted_bug_features_from_the_wrong_layer_are_caught(target4, tra
 def test_eagle_cli_writes_weights_and_curve(target4, tiny_corpus, tmp_path, monkeypatch):
     """``python -m specdecode_ref.training eagle`` end to end, on the tiny target instead of the real one."""
     corpus_path = tiny_corpus.save(tmp_path / "corpus.pt")
-    monkeypatch.setattr(train, "_load_target", lambda dtype="fp32": (target4, None))
+    monkeypatch.setattr(cli, "load_target", lambda dtype="fp32": (target4, None))
     out = tmp_path / "eagle.safetensors"
     train.main(["--corpus", str(corpus_path), "eagle", "--steps", "3", "--unroll-steps", "2", "--batch-tokens", "256",
                 "--out", str(out)])

@@ -5,19 +5,14 @@ derive_choices, training lowers the loss, and the weights' save/load round trip.
 import pytest
 import torch
 
-from support import make_tiny_llama, sampled_joint_pvalue
+from support import RecordsAccepted, make_tiny_llama, sampled_joint_pvalue
 from specdecode_ref import SamplingParams, autoregressive_generate, generate, trees
-from specdecode_ref.training import distill, train
+from specdecode_ref.training import train
 from specdecode_ref.proposers.medusa import (MedusaHeads, MedusaProposer, derive_choices, expected_accepted,
                                              load_medusa_heads, load_medusa_proposer, medusa_metadata,
                                              save_medusa_heads)
 
 TREE = [(0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 1)]
-
-
-@pytest.fixture(scope="module")
-def target4():
-    return make_tiny_llama(vocab_size=64, sharpness=1.0, seed=3, layers=4, init_range=0.3)
 
 
 @pytest.fixture(scope="module")
@@ -36,14 +31,8 @@ def random_heads(target, num_heads=3, scale=1.0, seed=0, num_layers=1):
     return heads.eval().requires_grad_(False)
 
 
-class Recording(MedusaProposer):
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.accepted = []
-
-    def on_verified(self, state, outcome):
-        super().on_verified(state, outcome)
-        self.accepted.append(outcome.num_accepted)
+class Recording(RecordsAccepted, MedusaProposer):
+    def check(self, state, outcome):
         if self.tree is not None and outcome.accepted_nodes is not None:
             # the accepted nodes form a root-to-node path of the tree
             nodes = outcome.accepted_nodes
@@ -208,14 +197,6 @@ def test_medusa_errors(target4):
 
 
 # --- training ------------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def tiny_corpus(target4):
-    g = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(0, 64, (6,), generator=g) for _ in range(48)]
-    pairs = [(p, autoregressive_generate(target4, p, max_new_tokens=20).tokens) for p in prompts]
-    return distill.teacher_pass(target4, pairs, top_k=8, keep_hidden=True, batch_tokens=256)
-
 
 def test_medusa_batch_indexing(tiny_corpus):
     c = tiny_corpus.subset([0])

@@ -1,0 +1,75 @@
+"""Attention masks: which cached or new positions each query may attend to.
+
+The engine feeds tokens in four shapes, and each needs its own mask:
+
+* a run of new tokens after a cached prefix (a chain draft, a prefill): the **causal** mask;
+* a candidate tree after the prefix: the **tree** mask (a node sees the prefix, the root and its
+  own ancestors, never its siblings; see trees.py);
+* EAGLE's training-time test, where later unrolled steps read the head's own outputs: the
+  **unrolled** mask.
+
+All masks are 4D, ``[1, 1, q, keys]``, keys being the cached positions followed by the new ones.
+transformers 5 passes a 4D ``attention_mask`` through untouched as a custom mask
+(``masking_utils._preprocess_mask_arguments``). A boolean mask
+works with SDPA only; the **additive** form (0 where visible, ``torch.finfo(dtype).min`` elsewhere,
+the most negative finite number rather than -inf, so a softmax row never becomes NaN) works with
+every attention back-end (eager adds it to the scores, SDPA takes it as ``attn_mask``). Pass the
+model's dtype: SDPA wants a float mask in the dtype of its queries.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def causal_mask(q_len: int, past_len: int, device=None) -> torch.Tensor:
+    """Boolean [1, 1, q_len, past_len + q_len]: query i (at position past_len + i) sees keys
+    0..past_len + i."""
+    rows = torch.arange(q_len, device=device)[:, None] + past_len
+    cols = torch.arange(past_len + q_len, device=device)[None, :]
+    return (cols <= rows)[None, None]
+
+
+def additive_mask(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean visibility mask (any shape) as an additive float mask of ``dtype``, same shape."""
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating torch dtype (the model's), got {dtype!r}")
+    mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
+    return mask.masked_fill_(~visible, torch.finfo(dtype).min)
+
+
+def causal_additive_mask(q_len: int, past_len: int, dtype: torch.dtype, device=None) -> torch.Tensor:
+    """[1, 1, q_len, past_len + q_len] in ``dtype``: the additive form of :func:`causal_mask`."""
+    return additive_mask(causal_mask(q_len, past_len, device), dtype)
+
+
+def tree_attention_mask(parents, past_len: int, dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
+    """The additive mask [1, 1, n+1, past_len + n + 1] for ``[root] + nodes`` of a candidate tree.
+
+    parents: the tree, [n] (trees.py). 0 where ``trees.tree_visibility`` allows attention: every
+    slot sees the prefix and the root, node i also its ancestors and itself. Use it together with
+    ``trees.tree_position_ids``.
+    """
+    from .trees import tree_visibility  # trees re-exports this function, so import it lazily
+
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating torch dtype (the model's), got {dtype!r}")
+    return additive_mask(tree_visibility(parents, past_len, device), dtype)[None, None]
+
+
+def unrolled_mask(q: int, step: int, device=None) -> torch.Tensor:
+    """Boolean [1, 1, q-step+1, keys] for unroll ``step`` >= 2 of training-time test (EAGLE-3's idea).
+
+    Keys are step 1's q entries (real inputs, positions 0..q-1) followed by the entries of steps
+    2..step, step s holding q-s+1 entries (index j at position j+s-1). Query j of this step sits at
+    position j+step-1, as the head's (step)-th drafted token does at inference: it sees the real
+    entries at positions 0..j and, from every unrolled step, its own chain's entry, index j.
+    """
+    rows = q - step + 1
+    j = torch.arange(rows, device=device)[:, None]
+    blocks = [torch.arange(q, device=device)[None] <= j]
+    for s in range(2, step + 1):
+        blocks.append(torch.arange(q - s + 1, device=device)[None] == j)
+    return torch.cat(blocks, dim=1)[None, None]
+
+
+__all__ = ["causal_mask", "additive_mask", "causal_additive_mask", "tree_attention_mask", "unrolled_mask"]

@@ -1,0 +1,240 @@
+"""The command line, ``python -m specdecode_ref.training {data,draft,early-exit,medusa,eagle}``.
+
+Every option's default comes from recipes.py, and every run writes the recipe it used into the
+weights' metadata, so the defaults reproduce the shipped files and a file says how it was made.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+from dataclasses import fields, replace
+from pathlib import Path
+
+import torch
+
+from . import distill
+from .distill import Corpus
+from .draft import train_draft
+from .eagle import train_eagle, write_eagle
+from .early_exit import best_exit, train_early_exit
+from .loop import combine_stages, save_curve
+from .medusa import train_medusa
+from .recipes import CORPUS, RECIPES
+
+# Recipe fields whose option has a shorter, older name.
+_FLAGS = {"num_heads": "--heads", "num_layers": "--layers"}
+_HELP = {
+    "init_layers": "target layers the draft starts from, comma-separated",
+    "vocab_size": "size of the reduced draft vocabulary written beside the weights",
+    "exits": "exit layers to train, comma-separated",
+    "num_heads": "number of Medusa heads (head i predicts i+2 ahead)",
+    "num_layers": "ResBlocks per head",
+    "steps": "training steps (EAGLE: stage 1, teacher forcing)",
+    "lr": "peak learning rate (AdamW, warm-up then cosine)",
+    "batch_tokens": "tokens per batch (sequences are packed up to it)",
+    "feature_weight": "weight of the smooth-L1 feature loss",
+    "token_weight": "weight of the soft cross-entropy (EAGLE's paper: 0.1; 1.0 measured better here)",
+    "unroll": "stage 2, training-time test: steps in which the head feeds on its own outputs (1 = no stage 2)",
+    "unroll_steps": "stage 2 steps",
+    "unroll_lr": "stage 2 learning rate",
+}
+
+
+def _ints(text: str) -> tuple:
+    return tuple(int(x) for x in text.split(","))
+
+
+def _add_recipe_options(parser, recipe) -> None:
+    """One option per recipe field (the seed is global), defaulting to the recipe's value."""
+    for f in fields(recipe):
+        if f.name == "seed":
+            continue
+        default = getattr(recipe, f.name)
+        kind = _ints if isinstance(default, tuple) else type(default)
+        flag = _FLAGS.get(f.name, "--" + f.name.replace("_", "-"))
+        shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+        parser.add_argument(flag, dest=f.name, type=kind, default=default,
+                            help=f"{_HELP.get(f.name, f.name.replace('_', ' '))} (default: {shown})")
+
+
+def _recipe(args):
+    """The recipe this run uses: the command's defaults with the options given."""
+    base = RECIPES[args.cmd]
+    return replace(base, seed=args.seed, **{f.name: getattr(args, f.name) for f in fields(base) if f.name != "seed"})
+
+
+def load_target(dtype="fp32"):
+    from ..models import load_model
+
+    return load_model(dtype=dtype)
+
+
+def _corpus(args):
+    corpus = Corpus.load(args.corpus)
+    train, hold = corpus.split(CORPUS.holdout_fraction, seed=0)
+    print(f"corpus: {len(train)} train / {len(hold)} held-out sequences, "
+          f"{train.num_response_tokens} answer tokens to learn from")
+    return train, hold
+
+
+def _common(r) -> dict:
+    return dict(steps=r.steps, lr=r.lr, batch_tokens=r.batch_tokens, seed=r.seed)
+
+
+def _start(args):
+    """What every drafter's command begins with: its recipe, the corpus split, the fp32 target."""
+    r = _recipe(args)
+    train, hold = _corpus(args)
+    target, tok = load_target("fp32")
+    return r, train, hold, target, tok
+
+
+def cmd_data(args) -> None:
+    from ..measure.workloads import training_conversations
+
+    target, tok = load_target("bf16")
+    convs = training_conversations()
+    if args.limit:
+        convs = convs[: args.limit]
+    ckpt = Path(args.corpus).with_suffix(".answers")  # per-temperature answers, reused after an interruption
+    corpus = distill.build_corpus(target, tok, convs, max_new_tokens=args.max_new_tokens,
+                                  batch_size=args.batch_size, seed=args.seed, checkpoint_dir=ckpt)
+    path = corpus.save(args.corpus)
+    print(json.dumps(corpus.meta, indent=1))
+    print(f"wrote {path}")
+
+
+def cmd_draft(args) -> None:
+    from ..proposers.draft_model import DRAFT_WEIGHTS, save_draft
+    from ..proposers.shipped import DRAFT_VOCAB
+    from ..proposers.vocab import frequent_tokens, save_vocab
+
+    r, train, hold, target, tok = _start(args)
+    draft, result = train_draft(target, train, init_layers=r.init_layers, holdout=hold, **_common(r))
+    out = Path(args.out or DRAFT_WEIGHTS)
+    meta = {**r.settings(), "seconds": round(result.seconds),
+            "heldout_agreement": result.heldout["after"]["agreement"],
+            "heldout_agreement_before": result.heldout["before"]["agreement"]}
+    save_draft(draft, out, meta)
+    save_curve(result, out.with_name(out.stem + "-loss"), f"draft model distillation ({r.steps} steps)")
+    # The frequency-ranked draft vocabulary, from the same corpus (answer tokens only).
+    eos = [t for t in {tok.eos_token_id, tok.pad_token_id} if t is not None]
+    vocab = frequent_tokens(distill.token_counts(train, target.config.vocab_size), r.vocab_size, always=eos)
+    # Beside the weights: --out X must not overwrite the shipped vocabulary.
+    vocab_path = DRAFT_VOCAB if args.out is None else out.with_name(out.stem + "-vocab.safetensors")
+    save_vocab(vocab, vocab_path, {"size": len(vocab), "source": "answer-token counts of the distillation corpus"})
+    print(json.dumps(result.heldout, indent=1))
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB) and {vocab_path.name}")
+
+
+def cmd_early_exit(args) -> None:
+    from ..proposers.early_exit import EXIT_WEIGHTS, save_adapters
+
+    r, train, hold, target, _ = _start(args)
+    exits = list(r.exits)
+    adapters, result = train_early_exit(target, train, exits=exits, holdout=hold, **_common(r))
+    out = Path(args.out or EXIT_WEIGHTS)
+    if args.ship == "auto":
+        ship = [best_exit(result.heldout, target.config.num_hidden_layers)]
+    else:
+        ship = [int(x) for x in args.ship.split(",")] if args.ship else exits
+    settings = r.settings()
+    settings["trained_exits"] = settings.pop("exits")  # "exits" names the shipped ones
+    save_adapters({L: adapters[L] for L in ship}, out,
+                  {**settings, "seconds": round(result.seconds), "heldout": json.dumps(result.heldout)})
+    save_curve(result, out.with_name(out.stem + "-loss"),
+               f"exit adapters {exits}: summed loss ({r.steps} steps)")
+    print(json.dumps(result.heldout, indent=1))
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB) with exits {ship}")
+
+
+def cmd_medusa(args) -> None:
+    from ..proposers.medusa import (DEFAULT_TREE_NODES, MEDUSA_WEIGHTS, derive_choices, expected_accepted,
+                                   save_medusa_heads)
+
+    r, train_c, hold, target, _ = _start(args)
+    heads, result = train_medusa(target, train_c, num_heads=r.num_heads, num_layers=r.num_layers, holdout=hold,
+                                 **_common(r))
+    after = result.heldout["after"]
+    acc = after["rank_accuracy"]
+    budgets = sorted({4, DEFAULT_TREE_NODES, 16, 32})
+    derived = {b: derive_choices(acc, b) for b in budgets}
+    out = Path(args.out or MEDUSA_WEIGHTS)
+    meta = {**r.settings(), "seconds": round(result.seconds),
+            "rank_accuracy": acc, "top1": after["top1"], "top5": after["top5"],
+            "top1_before": result.heldout["before"]["top1"], "heldout_loss": after["loss"],
+            "choices": derived[DEFAULT_TREE_NODES]}
+    save_medusa_heads(heads, out, meta, target)
+    save_curve(result, out.with_name(out.stem + "-loss"),
+               f"Medusa heads ({r.num_heads}): summed cross-entropy ({r.steps} steps)")
+    choices_path = out.with_name(out.stem + "-choices.json")
+    choices_path.write_text(json.dumps(
+        {str(b): {"choices": c, "expected_accepted": round(expected_accepted(acc, c), 4)} for b, c in derived.items()},
+        indent=1))
+    print(json.dumps({"top1": after["top1"], "top5": after["top5"], "before_top1": meta["top1_before"]}, indent=1))
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB), its loss curve and {choices_path.name}")
+
+
+def cmd_eagle(args) -> None:
+    """Stage 1: teacher forcing from the copy of the target's last layer (or --init). Stage 2 (when
+    --unroll > 1 and --unroll-steps > 0): training-time test, fine-tuning the stage-1 head on its own
+    outputs. The shipped head is both stages with the defaults."""
+    from ..proposers.eagle import EAGLE_WEIGHTS
+
+    r, train_c, hold, target, _ = _start(args)
+    common = dict(batch_tokens=r.batch_tokens, seed=r.seed, holdout=hold, feature_weight=r.feature_weight,
+                  token_weight=r.token_weight)
+    head, result = train_eagle(target, train_c, steps=r.steps, lr=r.lr, init=args.init, **common)
+    settings = {**r.settings(), "init": Path(args.init).name if args.init else "target's last layer"}
+    if r.unroll > 1 and r.unroll_steps > 0:
+        # The same bf16 rounding a saved stage-1 file has, so a stage 2 run with --init on that file
+        # starts from the very same weights.
+        start = copy.deepcopy(head).to(torch.bfloat16).float()
+        head, second = train_eagle(target, train_c, steps=r.unroll_steps, lr=r.unroll_lr, init=start,
+                                   unroll=r.unroll, **common)
+        result = combine_stages(result, second)
+    else:
+        settings["unroll"] = 1
+        for key in ("unroll_steps", "unroll_lr"):
+            settings.pop(key)
+    out = Path(args.out or EAGLE_WEIGHTS)
+    write_eagle(head, result, out, settings)
+    print(json.dumps(result.heldout, indent=1))
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB) and its loss curve")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m specdecode_ref.training",
+                                     description="Train the drafters on the target's own answers.")
+    parser.add_argument("--corpus", default=str(distill.default_corpus_path()), help="distillation corpus file")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("data", help="generate the self-distillation corpus")
+    p.add_argument("--max-new-tokens", type=int, default=CORPUS.max_new_tokens)
+    p.add_argument("--batch-size", type=int, default=CORPUS.batch_size)
+    p.add_argument("--limit", type=int, default=0, help="use only the first N training prompts")
+    helps = {"draft": "distil the draft model", "early-exit": "train exit adapters for self-speculation",
+             "medusa": "train Medusa heads on the corpus' hidden states (target frozen)",
+             "eagle": "train the EAGLE head on the corpus' features (target frozen)"}
+    for name, recipe in RECIPES.items():
+        p = sub.add_parser(name, help=helps[name])
+        _add_recipe_options(p, recipe)
+        p.add_argument("--out", default=None, help="weights file (default: the shipped one)")
+        if name == "early-exit":
+            p.add_argument("--ship", default="auto",
+                           help="exit layers to write, comma-separated, or 'auto' (default): the one with "
+                                "the best predicted speedup, since the weight budget holds one adapter")
+        if name == "eagle":
+            p.add_argument("--init", default=None,
+                           help="EAGLE weights file to start from (default: the target's last layer)")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    {"data": cmd_data, "draft": cmd_draft, "early-exit": cmd_early_exit, "medusa": cmd_medusa,
+     "eagle": cmd_eagle}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""How each shipped drafter was trained: the one source of training defaults.
+
+The training functions, the command line (``python -m specdecode_ref.training``) and the weights'
+metadata all read these values, and the README's training section quotes them. They are the
+settings of the files in ``specdecode_ref/weights/`` (each file's metadata records its own run;
+tests/training/test_recipes.py checks that they agree), so running a command with its defaults
+reproduces the shipped weights. Plain data only: the proposers import it without pulling in
+training code.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What every family's run needs: AdamW steps, peak learning rate, tokens per batch, seed."""
+
+    steps: int
+    lr: float
+    batch_tokens: int = 2048
+    seed: int = 0
+
+    def settings(self) -> dict:
+        """The recipe as weights metadata: numbers as they are, sequences as JSON lists."""
+        return {k: json.dumps(list(v)) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class DraftRecipe(Recipe):
+    init_layers: tuple = (0, 1, 2, 3)  # the target layers the draft starts from (lowest held-out loss)
+    vocab_size: int = 8192  # the reduced draft vocabulary written beside the weights
+
+
+@dataclass(frozen=True)
+class EarlyExitRecipe(Recipe):
+    exits: tuple = (4, 8, 12)  # exit layers trained jointly; the best predicted one is shipped
+
+
+@dataclass(frozen=True)
+class MedusaRecipe(Recipe):
+    num_heads: int = 3  # head i predicts the token i + 2 places ahead
+    num_layers: int = 1  # ResBlocks per head
+
+
+@dataclass(frozen=True)
+class EagleRecipe(Recipe):
+    feature_weight: float = 1.0  # smooth-L1 on the predicted feature
+    token_weight: float = 1.0  # soft cross-entropy of its tokens (EAGLE's paper: 0.1; 1.0 measured better here)
+    unroll: int = 3  # stage 2, training-time test: steps in which the head reads its own outputs
+    unroll_steps: int = 500
+    unroll_lr: float = 3e-4
+
+
+@dataclass(frozen=True)
+class CorpusRecipe:
+    """The self-distillation corpus (distill.py): answers per prompt, and the held-out share."""
+
+    max_new_tokens: int = 160
+    batch_size: int = 32
+    temperatures: tuple = (0.0, 0.7)
+    top_k: int = 20
+    holdout_fraction: float = 0.03
+
+
+DRAFT = DraftRecipe(steps=600, lr=1e-3)
+EARLY_EXIT = EarlyExitRecipe(steps=400, lr=1e-3, batch_tokens=1024)
+MEDUSA = MedusaRecipe(steps=1000, lr=1e-3)
+EAGLE = EagleRecipe(steps=2400, lr=1e-3)
+CORPUS = CorpusRecipe()
+
+# Command name -> recipe, in training order.
+RECIPES = {"draft": DRAFT, "early-exit": EARLY_EXIT, "medusa": MEDUSA, "eagle": EAGLE}
+
+__all__ = ["Recipe", "DraftRecipe", "EarlyExitRecipe", "MedusaRecipe", "EagleRecipe", "CorpusRecipe", "DRAFT",
+           "EARLY_EXIT", "MEDUSA", "EAGLE", "CORPUS", "RECIPES"]
