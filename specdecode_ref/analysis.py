@@ -2,7 +2,8 @@
 
 Units: costs are in units of one single-token target step T(1). c is the cost of one draft step;
 verify_cost is the cost of the (k+1)-token target pass, T(k+1)/T(1), which is close to 1 while
-decoding is memory-bound (notebook 00 measures it). Leviathan et al. 2023, section 3.
+decoding is memory-bound (notebook 00 measures it). Leviathan, Kalman and Matias, "Fast Inference
+from Transformers via Speculative Decoding" (arXiv 2211.17192, 2022), section 3.
 """
 from __future__ import annotations
 
@@ -362,6 +363,46 @@ def optimal_k_grid(alphas: Sequence[float], cs: Sequence[float],
                    verify_cost: float | Callable[[int], float] = 1.0, k_max: int = 64) -> np.ndarray:
     """optimal_k over a grid: array [len(cs), len(alphas)] (rows: c, columns: alpha), for heat maps."""
     return np.array([[optimal_k(float(a), float(c), verify_cost, k_max) for a in alphas] for c in cs])
+
+
+def break_even_alpha(k: int, c: float, verify_cost: float | Callable[[int], float] = 1.0) -> float:
+    """The i.i.d. acceptance alpha at which drafting k tokens per step is exactly as fast as plain
+    decoding: expected_tokens_per_step(alpha, k) = k c + V(k).
+
+    Below it speculation loses time, above it it wins. 0.0 when a step costs no more than a plain
+    step (k c + V(k) <= 1: even a useless drafter breaks even); NaN when it costs more than k + 1
+    plain steps (no acceptance rate can pay for it). Solved by bisection (E increases with alpha).
+    """
+    k = int(_check_k(k))
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k!r}")
+    if c < 0:
+        raise ValueError(f"c (draft cost relative to a target step) must be >= 0, got {c!r}")
+    cost = k * float(c) + _verify_value(verify_cost, k)
+    if cost <= 1.0:
+        return 0.0
+    if cost > k + 1.0:
+        return float("nan")
+    lo, hi = 0.0, 1.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if expected_tokens_per_step(mid, k) < cost:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def rule_of_thumb_k(alpha):
+    """The popular rule of thumb k* ~ 1 / (1 - alpha): the expected tokens per step of an
+    unlimited draft (E[N] for k -> infinity), used as "draft about as many tokens as you expect
+    to get". It ignores the draft cost c and the verify cost V(k); compare it with
+    :func:`optimal_k`, which does not (notebook 03 maps where the two agree). inf at alpha = 1.
+    """
+    a = _check_alpha(alpha)
+    with np.errstate(divide="ignore"):
+        out = np.where(a >= 1.0, np.inf, 1.0 / (1.0 - np.minimum(a, 1.0 - 1e-300)))
+    return float(out) if out.ndim == 0 else out
 
 
 def monotone_cost_curve(ns: Sequence[int], times: Sequence[float]) -> np.ndarray:

@@ -55,3 +55,39 @@ def test_bad_inputs(args):
         expected_tokens_per_step(*args)
     with pytest.raises(ValueError):
         expected_speedup(0.5, 3, -1.0)
+
+
+def test_break_even_alpha():
+    from specdecode_ref.analysis import break_even_alpha
+
+    for k, c, v in [(1, 0.1, 1.0), (4, 0.05, 1.2), (8, 0.2, lambda k: 1 + 0.1 * k)]:
+        a = break_even_alpha(k, c, v)
+        vk = v(k) if callable(v) else v
+        assert 0 < a < 1
+        assert expected_speedup(a, k, c, vk) == pytest.approx(1.0, abs=1e-9)
+        assert expected_speedup(a + 0.01, k, c, vk) > 1 > expected_speedup(a - 0.01, k, c, vk)
+    # k = 1, V = 1: 1 + alpha = 1 + c, so the break-even alpha is c itself
+    assert break_even_alpha(1, 0.3) == pytest.approx(0.3)
+    assert break_even_alpha(3, 0.0, 0.9) == 0.0           # a step cheaper than a plain step: always wins
+    assert np.isnan(break_even_alpha(2, 1.0, 1.5))        # costs more than k + 1 plain steps: never wins
+    with pytest.raises(ValueError):
+        break_even_alpha(0, 0.1)
+
+
+def test_rule_of_thumb_against_optimal_k():
+    """k* ~ 1/(1 - alpha) ignores the costs. Pinned where it holds and where it misleads."""
+    from specdecode_ref.analysis import optimal_k, rule_of_thumb_k
+
+    assert rule_of_thumb_k(0.8) == pytest.approx(5.0) and rule_of_thumb_k(1.0) == np.inf
+    assert np.allclose(rule_of_thumb_k(np.array([0.0, 0.5])), [1.0, 2.0])
+    alphas = [0.5, 0.6, 0.7, 0.8, 0.9]
+    # Flat verification (V = 1) and a moderately priced drafter (c = 0.1): within one token.
+    for a in alphas:
+        assert abs(optimal_k(a, 0.1) - rule_of_thumb_k(a)) <= 1.0, a
+    # A nearly free drafter (n-gram lookup, c -> 0) on a flat cost curve: the rule undershoots.
+    for a in alphas:
+        assert optimal_k(a, 0.001, k_max=200) > 2 * rule_of_thumb_k(a), a
+    # An expensive drafter (c = 0.4) or a steep verify cost: the rule overshoots for good drafters.
+    for a in [0.8, 0.9, 0.95]:
+        assert optimal_k(a, 0.4) < rule_of_thumb_k(a), a
+        assert optimal_k(a, 0.2, lambda k: 1 + 0.1 * k) < rule_of_thumb_k(a), a

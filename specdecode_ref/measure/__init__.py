@@ -2,6 +2,7 @@
 statistical tests and visualisation. None of it is needed to decode; all of it is how the course
 checks its formulas against a real model.
 
+    timing          median-of-runs timing, decode rates, the quiet-machine check before measuring
     bench           every method on the same prompts vs Hugging Face (``python -m specdecode_ref.measure.bench``)
     workloads       the benchmark's prompts by category, and the disjoint training prompts
     stats           chi-square and uniformity tests for "the output follows the target distribution"

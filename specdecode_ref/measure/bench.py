@@ -21,7 +21,7 @@ about one plain step. Notebook 00 plots it; analysis.py turns it into a predicte
 Run ``python -m specdecode_ref.measure.bench --help``. From a notebook::
 
     from specdecode_ref import load_model
-from specdecode_ref.measure import bench
+    from specdecode_ref.measure import bench
     from specdecode_ref.measure.workloads import load_workloads
     model, tok = load_model(dtype="fp32")
     df = bench.run_benchmark(model, tok, ["plain", "ngram"], load_workloads(per_category=2), 32)
@@ -49,6 +49,7 @@ from ..engine import autoregressive_generate, eos_token_ids, generate
 from ..metrics import SpecStats
 from ..models import chat_ids
 from ..proposers import available_proposers, load_proposer
+from . import timing
 from .workloads import load_workloads
 
 DEFAULT_K = 5  # prompt lookup's K when none is given; the default run pairs it with ngram@5
@@ -232,7 +233,12 @@ def _effective_k(spec: str, runner) -> int | None:
     return runner.k
 
 
-def _first_mismatch(a: list, b: list):
+def first_mismatch(a, b):
+    """Index of the first position where two token sequences differ; None when they are equal.
+
+    When one is a prefix of the other: the shorter length (where the longer one goes on).
+    """
+    a, b = list(a), list(b)
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
             return i
@@ -306,7 +312,7 @@ def run_benchmark(model, tokenizer, methods=DEFAULT_METHODS, workloads: dict | N
             for m in methods:
                 toks, stats = first[m]
                 secs = statistics.median(times[m])
-                mismatch = None if ref_tokens is None else _first_mismatch(toks, ref_tokens)
+                mismatch = None if ref_tokens is None else first_mismatch(toks, ref_tokens)
                 rows.append({
                     "category": cat, "prompt_id": item["id"], "method": m, "k": _effective_k(m, runners[m]),
                     "prompt_tokens": int(ids.numel()), "tokens": len(toks), "seconds": secs,
@@ -422,36 +428,61 @@ def _pyplot():
     return plt
 
 
-def plot_speedups(summary, path=None, reference: str = REFERENCE, ax=None):
-    """Grouped bars: speedup over ``reference`` per category (and overall), one bar per method.
+def speedup_matrix(summary, reference: str = REFERENCE):
+    """Speedups as a table: one row per method (the reference left out), one column per category
+    (``overall`` last), NaN where a method did not run on a category."""
+    import pandas as pd
 
-    The dashed line at 1 is the reference. Returns the matplotlib Figure; saves a PNG to ``path``.
-    """
-    plt = _pyplot()
     methods = [m for m in dict.fromkeys(summary["method"]) if m != reference]
-    cats = list(dict.fromkeys(summary["category"]))
+    cats = [c for c in dict.fromkeys(summary["category"]) if c != OVERALL]
+    cats += [OVERALL] if (summary["category"] == OVERALL).any() else []
+    table = summary.pivot_table(index="method", columns="category", values="speedup", aggfunc="first")
+    return table.reindex(index=methods, columns=cats).astype(float) if methods else pd.DataFrame(columns=cats)
+
+
+def plot_speedups(summary, path=None, reference: str = REFERENCE, ax=None):
+    """A heat map of the speedup over ``reference``: methods down, categories across (``overall``
+    last, set apart by a line), each cell annotated with its value.
+
+    Colours diverge at 1.0 (red: slower than the reference, blue: faster), so a glance shows where
+    a method pays. The figure stays readable for many methods and categories (about 1,000 px wide
+    for 8 categories at dpi 120). Returns the matplotlib Figure; saves a PNG to ``path``.
+    """
+    import numpy as np
+    from matplotlib.colors import TwoSlopeNorm
+
+    plt = _pyplot()
+    table = speedup_matrix(summary, reference)
+    methods, cats = list(table.index), list(table.columns)
     if ax is None:
-        fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(cats) * max(1, len(methods)) ** 0.5 + 2), 4))
+        width = min(11.5, 2.6 + 0.85 * max(1, len(cats)))
+        height = min(9.0, 1.4 + 0.45 * max(1, len(methods)))
+        fig, ax = plt.subplots(figsize=(width, height))
     else:
         fig = ax.figure
-    width = 0.8 / max(1, len(methods))
-    for j, m in enumerate(methods):
-        vals = []
-        for c in cats:
-            sel = summary[(summary["category"] == c) & (summary["method"] == m)]["speedup"]
-            vals.append(float(sel.iloc[0]) if len(sel) else float("nan"))
-        xs = [i - 0.4 + width * (j + 0.5) for i in range(len(cats))]
-        bars = ax.bar(xs, vals, width, label=m)
-        ax.bar_label(bars, labels=[_fmt(v, ".2f") for v in vals], fontsize=7, padding=1)
-    ax.axhline(1.0, color="black", lw=1, ls="--")
+    values = table.to_numpy(dtype=float) if len(methods) else np.full((1, len(cats)), np.nan)
+    finite = values[np.isfinite(values)]
+    lo = min(0.9, float(finite.min()) if finite.size else 0.9)
+    hi = max(1.1, float(finite.max()) if finite.size else 1.1)
+    norm = TwoSlopeNorm(vmin=lo, vcenter=1.0, vmax=hi)
+    im = ax.imshow(np.ma.masked_invalid(values), cmap="RdBu", norm=norm, aspect="auto")
+    for i in range(values.shape[0]):
+        for j in range(values.shape[1]):
+            v = values[i, j]
+            if np.isfinite(v):
+                dark = abs(norm(v) - 0.5) > 0.3
+                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=9,
+                        color="white" if dark else "black")
     ax.set_xticks(range(len(cats)))
-    ax.set_xticklabels(cats, rotation=20, ha="right")
-    ax.set_ylabel(f"speedup vs {reference} (tokens/s ratio)")
-    ax.set_title("Speedup by workload category")
-    if methods:
-        ax.legend(fontsize=8)
-    fig.tight_layout()
+    ax.set_xticklabels(cats, rotation=30, ha="right", fontsize=9)
+    ax.set_yticks(range(len(methods)))
+    ax.set_yticklabels(methods, fontsize=9)
+    if OVERALL in cats and len(cats) > 1:
+        ax.axvline(len(cats) - 1.5, color="black", lw=1.5)
+    ax.set_title(f"Speedup over {reference} (tokens/s ratio; 1.00 = as fast)", fontsize=10)
+    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02, label="speedup")
     if path is not None:
+        fig.tight_layout()
         fig.savefig(path, dpi=120)
     return fig
 
@@ -595,22 +626,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def busy_machine_warning() -> str | None:
-    """A warning when other processes already load the CPUs: timings then mean little.
-
-    Measured here: with another process running torch on both cores, torch's default 2 threads
-    spin against it and a 48-token generation took 5 to 125 s at random; ``--threads 1`` avoids
-    most of that collapse (ratios stay usable, absolute numbers do not).
-    """
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return None
-    cpus = os.cpu_count() or 1
-    if load < 0.75 * cpus:
-        return None
-    return (f"warning: load average {load:.1f} on {cpus} CPUs before starting: other processes compete "
-            f"for the CPU, timings will be noisy (torch uses {torch.get_num_threads()} threads; "
-            "--threads 1 suffers less from contention)")
+    """A warning line when other processes already load the CPUs, else None (see
+    :func:`specdecode_ref.measure.timing.check_quiet`, which samples CPU use for a second)."""
+    return timing.busy_machine_warning()
 
 
 def main(argv=None) -> int:

@@ -1,0 +1,175 @@
+"""Small timing helpers shared by the notebooks and the benchmark.
+
+* :func:`median_time` / :func:`time_runs`: warm up, then time a call several times (CUDA is
+  synchronised before each clock read, since its kernels run asynchronously) and keep the median.
+* :func:`decode_seconds` / :func:`decode_rate`: the decode phase of a generation (wall time minus
+  the prefill), and tokens per second over it, for one result or pooled over many. This is the
+  quantity the speedup formula predicts: the prefill is the same for every method.
+* :func:`check_quiet`: before measuring, sample how busy the CPUs are. On a shared machine other
+  processes make every timing meaningless; the check prints a clearly marked notice and returns
+  the figures, it never raises (tests and CI run notebooks under load on purpose).
+
+No timing here is ever a pass/fail threshold.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+BUSY_NOTICE = "NOTICE: BUSY MACHINE"  # the marker check_quiet prints (searchable in saved outputs)
+
+
+def _sync(device) -> None:
+    if device is None:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+        return
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_runs(fn: Callable[[], object], repeats: int = 5, warmup: int = 1, device=None) -> list:
+    """Call ``fn()`` ``warmup`` times untimed, then ``repeats`` times timed; return the seconds.
+
+    device: a torch device (or name) to synchronise around each timed call; None synchronises
+    CUDA when it is in use and does nothing on a CPU-only machine.
+    """
+    if not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+    if not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def median_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 1, device=None) -> float:
+    """Median seconds of ``repeats`` timed calls of ``fn()`` after ``warmup`` untimed ones."""
+    return float(statistics.median(time_runs(fn, repeats=repeats, warmup=warmup, device=device)))
+
+
+def _stats_of(item):
+    return getattr(item, "stats", item)
+
+
+def decode_seconds(result) -> float:
+    """Seconds of the decode phase of one generation: wall time minus the prefill.
+
+    result: a GenerationResult or its SpecStats.
+    """
+    s = _stats_of(result)
+    return float(s.wall_time_s - s.prefill_time_s)
+
+
+def decode_rate(results) -> float:
+    """Tokens per second of the decode phase: emitted tokens / decode seconds.
+
+    results: one GenerationResult or SpecStats, or an iterable of them (pooled: total tokens over
+    total seconds, so long generations weigh more, as in a server). ``emitted`` counts the tokens
+    of the verification steps, i.e. everything after the prefill's first token.
+    """
+    items = [results] if hasattr(_stats_of(results), "wall_time_s") else list(results)
+    if not items:
+        raise ValueError("decode_rate needs at least one result")
+    tokens = sum(_stats_of(r).emitted for r in items)
+    seconds = sum(decode_seconds(r) for r in items)
+    return tokens / seconds if seconds > 0 else float("nan")
+
+
+@dataclass
+class MachineLoad:
+    """What :func:`check_quiet` saw: CPU utilisation over the sample (percent of all CPUs, or None
+    when it could not be measured), the 1-minute load average (or None), the CPU count, and the
+    verdict."""
+
+    cpu_percent: float | None
+    load_average: float | None
+    cpus: int
+    busy: bool
+    source: str  # "psutil" or "loadavg" or "unavailable"
+
+    def describe(self) -> str:
+        parts = []
+        if self.cpu_percent is not None:
+            parts.append(f"CPU use {self.cpu_percent:.0f} % of {self.cpus} CPUs over the last second")
+        if self.load_average is not None:
+            parts.append(f"load average {self.load_average:.1f}")
+        return ", ".join(parts) or "load not measurable here"
+
+
+def sample_load(interval: float = 1.0) -> MachineLoad:
+    """Measure how busy the CPUs are, without judging. Prefers psutil's utilisation over
+    ``interval`` seconds (the load average lags by a minute, so it still counts a job that just
+    finished, e.g. the previous notebook); falls back to the 1-minute load average."""
+    cpus = os.cpu_count() or 1
+    try:
+        load_avg = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        load_avg = None
+    try:
+        import psutil
+
+        pct = float(psutil.cpu_percent(interval=interval))
+        return MachineLoad(pct, load_avg, cpus, False, "psutil")
+    except Exception:  # noqa: BLE001  (psutil missing or unusable: fall back)
+        return MachineLoad(None, load_avg, cpus, False, "loadavg" if load_avg is not None else "unavailable")
+
+
+def is_busy(load: MachineLoad, max_cpu_percent: float = 25.0, max_load_fraction: float = 0.75) -> bool:
+    """The verdict for a sample: busy when CPU use over the sample exceeds ``max_cpu_percent``
+    (psutil), or, without psutil, when the load average exceeds ``max_load_fraction`` x CPUs."""
+    if load.cpu_percent is not None:
+        return load.cpu_percent > max_cpu_percent
+    if load.load_average is not None:
+        return load.load_average > max_load_fraction * load.cpus
+    return False
+
+
+def check_quiet(interval: float = 1.0, max_cpu_percent: float = 25.0, max_load_fraction: float = 0.75,
+                verbose: bool = True) -> MachineLoad:
+    """Check that the machine is quiet before timing; print a marked notice when it is not.
+
+    Samples CPU use for ``interval`` seconds (psutil; the 1-minute load average otherwise) and
+    returns a :class:`MachineLoad` whose ``busy`` says whether other work competes for the CPUs.
+    With ``verbose`` it prints one line: a confirmation when quiet, a notice starting with
+    ``BUSY_NOTICE`` when busy. It never raises: timings taken on a busy machine still run, they
+    are just not worth publishing.
+    """
+    load = sample_load(interval)
+    load.busy = is_busy(load, max_cpu_percent, max_load_fraction)
+    if verbose:
+        if load.busy:
+            print(f"{BUSY_NOTICE}: {load.describe()}. Other processes compete for the CPU, so the "
+                  "timings below are noisy; rerun on a quiet machine before trusting them.")
+        else:
+            print(f"machine quiet enough for timing ({load.describe()})")
+    return load
+
+
+def busy_machine_warning(interval: float = 1.0) -> str | None:
+    """A warning line when other processes already load the CPUs, else None (the benchmark CLI).
+
+    Measured here: with another process running torch on both cores, torch's default 2 threads
+    spin against it and a 48-token generation took 5 to 125 s at random; ``--threads 1`` avoids
+    most of that collapse (ratios stay usable, absolute numbers do not).
+    """
+    load = check_quiet(interval=interval, verbose=False)
+    if not load.busy:
+        return None
+    return (f"warning: {load.describe()} before starting: other processes compete for the CPU, "
+            f"timings will be noisy (torch uses {torch.get_num_threads()} threads; "
+            "--threads 1 suffers less from contention)")
+
