@@ -137,7 +137,13 @@ class AdaptiveK(Proposer):
 
     def propose(self, state: DecodeState) -> Draft:
         self.proposer.k = self.k
-        return self.proposer.propose(state)
+        draft = self.proposer.propose(state)
+        if isinstance(draft, Draft) and draft.is_tree:
+            # k here is a chain length learned from "all accepted or not"; a tree has a node budget
+            # and is never accepted whole, so the controller would only ever shrink it.
+            raise ValueError(f"{type(self).__name__} adapts the length of chain drafts; {self.proposer!r} "
+                             "drafts trees (choose the tree's node budget instead, e.g. k= of load_proposer)")
+        return draft
 
     def on_verified(self, state: DecodeState, outcome: StepOutcome) -> None:
         self.proposer.on_verified(state, outcome)

@@ -367,3 +367,14 @@ def test_early_exit_wrapped_the_old_way_breaks(embedded, chat, monkeypatch):
     plant_old_forwarding(monkeypatch)
     with pytest.raises(RuntimeError, match="size of tensor"):
         generate(model, ids, proposer=HeuristicK(load_proposer("early-exit", model)), max_new_tokens=32)
+
+
+def test_tree_drafters_are_refused_with_a_clear_error(tiny_model):
+    class TreeDrafter(Proposer):
+        name = "tree"
+
+        def propose(self, state):
+            return Draft(torch.tensor([1, 2, 3]), parents=torch.tensor([-1, -1, 0]))
+
+    with pytest.raises(ValueError, match="drafts trees"):
+        generate(tiny_model, torch.tensor([1, 2, 3]), proposer=HeuristicK(TreeDrafter(k=3)), max_new_tokens=8)
