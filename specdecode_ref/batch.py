@@ -114,6 +114,12 @@ class RaggedCache:
                 pos[b, n - len(row):] = torch.arange(self.lengths[b], self.lengths[b] + len(row))
         return ids.to(self.device), pos.to(self.device)
 
+    def position_ids(self, query_pos: torch.Tensor) -> torch.Tensor:
+        """Each row's own positions [B, N] (padding at 0): row b continues at ``lengths[b]``.
+        Left to the model, positions would follow the padded column instead, and a row's rotary
+        phases would depend on its neighbours' lengths and on the holes of rejected drafts."""
+        return query_pos.clamp(min=0)
+
     def forward(self, rows_ids: list, module=None, **kwargs):
         """Append each row's new tokens (``rows_ids[b]``, a list of ids, may be empty) and run
         ``module`` (default: the model) on them in one forward; returns its output.
@@ -128,7 +134,7 @@ class RaggedCache:
         slot_pos = torch.cat([self.slot_pos, query_pos], dim=1)
         mask = ragged_attention_mask(slot_pos, query_pos, self.dtype)
         module = self.model if module is None else module
-        out = module(input_ids=ids, attention_mask=mask, position_ids=query_pos.clamp(min=0),
+        out = module(input_ids=ids, attention_mask=mask, position_ids=self.position_ids(query_pos),
                      past_key_values=self.cache, use_cache=True, **kwargs)
         self.cache = out.past_key_values
         self.slot_pos = slot_pos
