@@ -154,6 +154,12 @@ class RaggedCache:
         self.slot_pos = self.slot_pos.masked_fill(self.slot_pos >= keep_t[:, None], -1)
         self.lengths = list(keep)
 
+    def truncate(self, num_slots: int) -> None:
+        """Drop every slot from ``num_slots`` on (all rows): undo forwards, e.g. between timed runs."""
+        kv.crop_to(self.cache, num_slots)
+        self.slot_pos = self.slot_pos[:, :num_slots]
+        self.lengths = [int(x) for x in (self.slot_pos >= 0).sum(1).tolist()]
+
     def select_rows(self, rows: list) -> None:
         """Keep only the rows ``rows`` (indices into the current rows, in the new order)."""
         idx = torch.tensor(rows, dtype=torch.long, device=self.device)
