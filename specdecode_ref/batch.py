@@ -76,6 +76,36 @@ def ragged_attention_mask(slot_pos: torch.Tensor, query_pos: torch.Tensor, dtype
     return mask[:, None]
 
 
+def left_pad_layout(rows_ids: list, lengths: list, pad_token_id: int = 0, device=None):
+    """Left-pad each row's new tokens into ids [B, N] (N = the longest row); query positions [B, N]
+    continue each row at its own length ``lengths[b]`` (-1 marks padding)."""
+    n = max(len(r) for r in rows_ids)
+    ids = torch.full((len(rows_ids), n), pad_token_id, dtype=torch.long)
+    pos = torch.full((len(rows_ids), n), -1, dtype=torch.long)
+    for b, row in enumerate(rows_ids):
+        if len(row):
+            ids[b, n - len(row):] = torch.as_tensor(row, dtype=torch.long)
+            pos[b, n - len(row):] = torch.arange(lengths[b], lengths[b] + len(row))
+    return ids.to(device), pos.to(device)
+
+
+def rollback_slot_positions(slot_pos: torch.Tensor, keep: list) -> torch.Tensor:
+    """Row b keeps positions 0..keep[b]-1: every slot holding a later position becomes empty (-1).
+    slot_pos: LongTensor [B, S]; returns a new [B, S] tensor (nothing is copied in the cache)."""
+    keep_t = torch.as_tensor(keep, dtype=torch.long, device=slot_pos.device)
+    return slot_pos.masked_fill(slot_pos >= keep_t[:, None], -1)
+
+
+def compaction_index(slot_pos: torch.Tensor):
+    """Where each row's live slots go when the cache is compacted: (index [B, W], new slot_pos
+    [B, W]) with W the most live slots of any row; row b's live slots in position order, at the
+    end of its row (left padding, index pointing at any slot, slot_pos -1)."""
+    width = int((slot_pos >= 0).sum(1).max()) if slot_pos.numel() else 0
+    sorted_pos, idx = torch.sort(slot_pos, dim=1, stable=True)  # empty (-1) first, then by position
+    s = slot_pos.shape[1]
+    return idx[:, s - width:], sorted_pos[:, s - width:]
+
+
 class RaggedCache:
     """A padded KV cache for B rows of different lengths (see the module docstring).
 
@@ -103,16 +133,7 @@ class RaggedCache:
         return int(self.slot_pos.shape[1])
 
     def layout(self, rows_ids: list):
-        """Left-pad the rows' new tokens into ids [B, N]; query positions [B, N] continue each row
-        at its own length (-1 for padding)."""
-        n = max(len(r) for r in rows_ids)
-        ids = torch.full((self.num_rows, n), self.pad_token_id, dtype=torch.long)
-        pos = torch.full((self.num_rows, n), -1, dtype=torch.long)
-        for b, row in enumerate(rows_ids):
-            if row:
-                ids[b, n - len(row):] = torch.as_tensor(row, dtype=torch.long)
-                pos[b, n - len(row):] = torch.arange(self.lengths[b], self.lengths[b] + len(row))
-        return ids.to(self.device), pos.to(self.device)
+        return left_pad_layout(rows_ids, self.lengths, self.pad_token_id, self.device)
 
     def position_ids(self, query_pos: torch.Tensor) -> torch.Tensor:
         """Each row's own positions [B, N] (padding at 0): row b continues at ``lengths[b]``.
@@ -150,8 +171,7 @@ class RaggedCache:
         for b, (k, length) in enumerate(zip(keep, self.lengths)):
             if not 0 <= k <= length:
                 raise ValueError(f"row {b}: cannot roll back a row of {length} positions to {k}")
-        keep_t = torch.tensor(keep, dtype=torch.long, device=self.device)
-        self.slot_pos = self.slot_pos.masked_fill(self.slot_pos >= keep_t[:, None], -1)
+        self.slot_pos = rollback_slot_positions(self.slot_pos, keep)
         self.lengths = list(keep)
 
     def truncate(self, num_slots: int) -> None:
@@ -174,13 +194,8 @@ class RaggedCache:
 
     def compact(self) -> None:
         """Gather each row's live slots, in position order, to the end of its row (left padding)."""
-        width = max(self.lengths) if self.lengths else 0
-        order = torch.where(self.slot_pos >= 0, self.slot_pos, -1)
-        # Sort the live slots by position; empty slots (key -1) come first, then drop the surplus.
-        sorted_pos, idx = torch.sort(order, dim=1, stable=True)
-        idx, sorted_pos = idx[:, idx.shape[1] - width:], sorted_pos[:, idx.shape[1] - width:]
+        idx, self.slot_pos = compaction_index(self.slot_pos)
         kv.gather_slots(self.cache, idx)
-        self.slot_pos = sorted_pos
 
     def maybe_compact(self, fraction: float = COMPACT_FRACTION) -> bool:
         if self.num_slots and self.holes() > fraction:
@@ -240,6 +255,25 @@ class _Row:
     done: bool = False
 
 
+def greedy_verify_rows(logits: torch.Tensor, drafts: list):
+    """Greedy verification of every row in one call. logits: [B, N, V] with row b's
+    ``len(drafts[b]) + 1`` positions right-aligned (left padding); drafts: one list of ids per row.
+    Returns ([emitted ids per row], [num_accepted per row])."""
+    b, n, v = logits.shape
+    lens = torch.tensor([len(d) for d in drafts], device=logits.device)
+    k = int(lens.max())
+    offs = torch.arange(k + 1, device=logits.device)
+    cols = (n - 1 - lens)[:, None] + torch.minimum(offs[None], lens[:, None])  # row b's own offset
+    scores = logits.gather(1, cols[:, :, None].expand(b, k + 1, v))
+    draft_tokens = torch.full((b, k), -1, dtype=torch.long, device=logits.device)
+    for r, d in enumerate(drafts):
+        if len(d):
+            draft_tokens[r, : len(d)] = torch.as_tensor(d, dtype=torch.long, device=logits.device)
+    out, acc = greedy_verify(scores, draft_tokens)
+    acc, out = acc.tolist(), out.tolist()
+    return [out[r][: acc[r] + 1] for r in range(b)], acc
+
+
 def _verify_rows(logits: torch.Tensor, drafts: list, sampling: SamplingParams, generators: list):
     """Verify every row's draft against its own slice of the target's logits.
 
@@ -251,21 +285,8 @@ def _verify_rows(logits: torch.Tensor, drafts: list, sampling: SamplingParams, g
     Returns ([emitted ids per row], [num_accepted per row]).
     """
     b, n, v = logits.shape
-    lens = [len(d) for d in drafts]
     if sampling.is_greedy:
-        k = max(lens)
-        starts = torch.tensor([n - (m + 1) for m in lens], device=logits.device)
-        offs = torch.arange(k + 1, device=logits.device)
-        cols = starts[:, None] + torch.minimum(offs[None], torch.tensor(lens, device=logits.device)[:, None])
-        scores = logits.gather(1, cols[:, :, None].expand(b, k + 1, v))
-        draft_tokens = torch.full((b, k), -1, dtype=torch.long, device=logits.device)
-        for r, d in enumerate(drafts):
-            if len(d):
-                draft_tokens[r, : len(d)] = d.tokens.to(logits.device).long()
-        out, acc = greedy_verify(scores, draft_tokens)
-        acc = acc.tolist()
-        out = out.tolist()
-        return [out[r][: acc[r] + 1] for r in range(b)], acc
+        return greedy_verify_rows(logits, [d.tokens.tolist() for d in drafts])
     emitted, accepted = [], []
     for r, d in enumerate(drafts):
         rows = logits[r, n - (len(d) + 1):]
