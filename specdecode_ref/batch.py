@@ -69,7 +69,8 @@ def ragged_attention_mask(slot_pos: torch.Tensor, query_pos: torch.Tensor, dtype
     pad_query = query_pos < 0
     if bool(pad_query.any()):
         own = torch.zeros(b, n, s, dtype=torch.bool, device=slot_pos.device)
-        own[:, torch.arange(n), s - n + torch.arange(n)] = True
+        j = torch.arange(n, device=slot_pos.device)
+        own[:, j, s - n + j] = True
         visible |= own & pad_query[:, :, None]
     mask = torch.zeros(b, n, s, dtype=dtype, device=slot_pos.device)
     mask.masked_fill_(~visible, torch.finfo(dtype).min)
