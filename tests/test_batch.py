@@ -329,3 +329,23 @@ def test_planted_bugs_are_caught(embedded, prompts, budgets, references, ragged,
     except (RuntimeError, ValueError, IndexError):
         bad = ["crashed"]  # also caught: the check cannot pass
     assert bad, f"planted bug {bug!r} went unnoticed"
+
+
+# --- the measurement helpers (no timing is asserted) -----------------------------------------
+
+def test_batch_bench_helpers(tiny_model):
+    import pandas as pd
+
+    from specdecode_ref import batch_bench
+
+    surface = batch_bench.measure_cost_surface(tiny_model, batch_sizes=(1, 2), ns=(1, 2, 3), context_len=8,
+                                               repeats=1, warmup=0)
+    assert list(surface.columns[:3]) == ["B", "n", "time_s"] and len(surface) == 6 and (surface.time_s > 0).all()
+    # A synthetic surface: flat at B = 1, steep at B = 8; crossover and K per batch follow from it.
+    rows = [{"B": b, "n": n, "time_s": (1.0 if b == 1 else 1.0 + 0.5 * (n - 1))} for b in (1, 8) for n in range(1, 10)]
+    synthetic = pd.DataFrame(rows)
+    table = batch_bench.choose_k_per_batch(synthetic, alpha=0.4, ks=range(1, 9))
+    assert table.set_index("B").k.to_dict() == {1: 8, 8: 0}  # K = 0: do not speculate at B = 8
+    speed = pd.DataFrame({"B": [1, 2, 4, 8], "speedup": [1.5, 1.2, 1.05, 0.8]})
+    assert 4 < batch_bench.crossover(speed) < 8
+    assert batch_bench.crossover(speed.assign(speedup=[1.5, 1.4, 1.3, 1.2])) is None
