@@ -294,7 +294,8 @@ def choose_k_per_batch(surface, alpha: float, draft_s_per_token: dict | float = 
             if kk + 1 > max_n:
                 break
             s = float(expected_tokens_per_step(alpha, kk)) * t1 / (surface_time(surface, int(b), kk + 1) + kk * c)
-            best = max(best, (s, kk))
+            if s > best[0]:  # ties keep the smaller K (0 = plain decoding)
+                best = (s, kk)
         rows.append({"B": int(b), "k": best[1], "predicted": best[0]})
     return pd.DataFrame(rows)
 
