@@ -75,3 +75,35 @@ def crop_layers_to(cache, length: int, layer_indices) -> None:
             raise ValueError(f"cannot crop layer {i} of {current} positions to {length}")
         if length < current:
             cache.layers[i].crop(length - current)
+
+
+# --- batched caches (batch.py): rows of different lengths share one padded cache --------------
+
+def select_rows(cache, rows: torch.Tensor) -> None:
+    """Keep only the batch rows ``rows`` (1-D LongTensor of row indices, in the new order) in
+    every layer: the requests that finished leave the batch."""
+    rows = rows.to(torch.long)
+    for layer, k_name, v_name in _layers_kv(cache):
+        keys = getattr(layer, k_name, None)
+        if keys is None or keys.numel() == 0:
+            continue
+        idx = rows.to(keys.device)
+        setattr(layer, k_name, keys.index_select(0, idx))
+        setattr(layer, v_name, getattr(layer, v_name).index_select(0, idx))
+
+
+def gather_slots(cache, index: torch.Tensor) -> None:
+    """Row b keeps the slots ``index[b]`` (LongTensor [B, S']) in that order, in every layer.
+
+    Compaction of a ragged batch: each row's committed keys move to the front of its row, so the
+    holes left by rejected drafts and by rows of different lengths stop costing attention time.
+    """
+    index = index.to(torch.long)
+    for layer, k_name, v_name in _layers_kv(cache):
+        keys = getattr(layer, k_name, None)
+        if keys is None or keys.numel() == 0:
+            continue
+        b, h, _, d = keys.shape
+        idx = index.to(keys.device)[:, None, :, None].expand(b, h, index.shape[1], d)
+        setattr(layer, k_name, keys.gather(2, idx))
+        setattr(layer, v_name, getattr(layer, v_name).gather(2, idx))

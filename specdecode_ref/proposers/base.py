@@ -131,5 +131,13 @@ class Proposer(ABC):
     def on_verified(self, state: DecodeState, outcome: StepOutcome) -> None:
         """Roll back own state to the committed tokens (``state.token_list`` is already updated)."""
 
+    def batch_proposer(self):
+        """A BatchProposer drafting for every row of a batch (generate_batch, see proposers/batch.py).
+        The default drives one copy of this proposer per row; drafters that can share a forward
+        across rows (the draft model) override it."""
+        from .batch import PerRowBatchProposer
+
+        return PerRowBatchProposer(self)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(k={self.k})"

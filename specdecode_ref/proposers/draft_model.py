@@ -176,6 +176,12 @@ class DraftModelProposer(Proposer):
         keep = min(kv.cache_len(self.cache), committed_before + outcome.num_accepted)
         kv.crop_to(self.cache, keep)
 
+    def batch_proposer(self):
+        """All rows draft together: one draft forward per draft position (proposers/batch.py)."""
+        from .batch import BatchedDraftModelProposer
+
+        return BatchedDraftModelProposer(self)
+
     def __repr__(self) -> str:
         vocab = "" if self.head is None else f", draft_vocab={self.head.size}"
         return f"DraftModelProposer(k={self.k}, layers={self.model.config.num_hidden_layers}{vocab})"

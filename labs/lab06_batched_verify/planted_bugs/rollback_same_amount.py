@@ -1,0 +1,26 @@
+"""Planted bug: every row is rolled back by the number of slots the first row drops, instead of
+to its own committed length (the batch shares one rollback count, as a batch-1 engine would).
+
+caught by: test_rollback_example, test_rollback_holes_in_a_real_forward, test_your_functions_drive_the_engine
+"""
+from __future__ import annotations
+
+import importlib.util as _ilu
+from pathlib import Path as _Path
+
+import torch
+
+# Everything not redefined below is the worked solution.
+_spec = _ilu.spec_from_file_location("_planted_base", _Path(__file__).resolve().parents[1] / "solution.py")
+_base = _ilu.module_from_spec(_spec)
+_spec.loader.exec_module(_base)
+globals().update({_n: _v for _n, _v in vars(_base).items() if not _n.startswith("__")})
+
+
+def rollback(slot_pos, keep):
+    out = slot_pos.clone()
+    removed = int(out[0].max()) + 1 - keep[0]  # BUG: row 0's count for everyone
+    for b in range(out.shape[0]):
+        length = int(out[b].max()) + 1
+        out[b][out[b] >= length - removed] = -1
+    return out
