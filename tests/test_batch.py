@@ -18,7 +18,7 @@ from specdecode_ref import autoregressive_generate, chat_ids, generate, generate
 from specdecode_ref.batch import RaggedCache
 from specdecode_ref.proposers import Draft, NgramProposer, Proposer, load_proposer
 from specdecode_ref.sampling import SamplingParams, logits_to_probs
-from specdecode_ref.workloads import load_workloads
+from specdecode_ref.measure.workloads import load_workloads
 
 from support import chi2_pvalue, exact_joint, make_tiny_llama
 
@@ -336,7 +336,7 @@ def test_planted_bugs_are_caught(embedded, prompts, budgets, references, ragged,
 def test_batch_bench_helpers(tiny_model):
     import pandas as pd
 
-    from specdecode_ref import batch_bench
+    from specdecode_ref.measure import batch_bench
 
     surface = batch_bench.measure_cost_surface(tiny_model, batch_sizes=(1, 2), ns=(1, 2, 3), context_len=8,
                                                repeats=1, warmup=0)

@@ -105,7 +105,7 @@ class MachineLoad:
         parts = []
         if self.cpu_percent is not None:
             parts.append(f"CPU use {self.cpu_percent:.0f} % of {self.cpus} CPUs over the last second")
-        if self.load_average is not None:
+        if self.load_average is not None and (self.busy or self.cpu_percent is None):
             parts.append(f"load average {self.load_average:.1f}")
         return ", ".join(parts) or "load not measurable here"
 

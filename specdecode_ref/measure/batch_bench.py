@@ -2,11 +2,11 @@
 speculation crossover, and batch-size-aware K. Each function returns a pandas DataFrame; the CLI
 runs one or all of them and writes CSVs:
 
-    python -m specdecode_ref.batch_bench all --dtype bf16 --threads 2 --out batch_out
-    python -m specdecode_ref.batch_bench surface --batch-sizes 1,2,4,8,16,32 --max-n 9
-    python -m specdecode_ref.batch_bench throughput --batch-sizes 1,2,4,8,16,32 --max-new-tokens 64
-    python -m specdecode_ref.batch_bench speculation --proposers ngram,draft --batch-sizes 1,2,4,8,16,32
-    python -m specdecode_ref.batch_bench batch-k --proposers ngram,draft
+    python -m specdecode_ref.measure.batch_bench all --dtype bf16 --threads 2 --out batch_out
+    python -m specdecode_ref.measure.batch_bench surface --batch-sizes 1,2,4,8,16,32 --max-n 9
+    python -m specdecode_ref.measure.batch_bench throughput --batch-sizes 1,2,4,8,16,32 --max-new-tokens 64
+    python -m specdecode_ref.measure.batch_bench speculation --proposers ngram,draft --batch-sizes 1,2,4,8,16,32
+    python -m specdecode_ref.measure.batch_bench batch-k --proposers ngram,draft
 
 Why these: a decode step streams all weights for a handful of tokens, so at batch 1 scoring k+1
 tokens costs about one step and speculation is nearly free. A batch of B rows already fills the
@@ -35,9 +35,10 @@ import time
 import numpy as np
 import torch
 
-from .analysis import expected_tokens_per_step
-from .batch import RaggedCache, generate_batch
-from .engine import eos_token_ids
+from ..analysis import expected_tokens_per_step
+from ..batch import RaggedCache, generate_batch
+from ..engine import eos_token_ids
+from . import timing
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
 NS = tuple(range(1, 10))
@@ -59,14 +60,8 @@ def _device(model):
 
 
 def busy_warning() -> str | None:
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return None
-    cpus = os.cpu_count() or 1
-    if load < 0.75 * cpus:
-        return None
-    return f"warning: load average {load:.1f} on {cpus} CPUs: other processes compete, timings will be noisy"
+    """A warning line when other processes use the CPU (one second sampled), else None."""
+    return timing.busy_machine_warning()
 
 
 # --- T(B, n) ------------------------------------------------------------------------------------
@@ -129,11 +124,11 @@ def surface_time(surface, b: int, n: float) -> float:
 def prompt_pool(tokenizer, kind: str = "input_grounded") -> list:
     """Chat-templated prompts: "input_grounded" (summarisation, rag_qa, rewrite, code: where n-gram
     drafting copies) or "chat" (the open-ended categories: where a draft model must guess)."""
-    from .models import chat_ids
-    from .workloads import INPUT_GROUNDED, OPEN_ENDED, iter_prompts, load_workloads
+    from ..models import chat_ids
+    from .workloads import INPUT_GROUNDED, OPEN_ENDED, load_workloads
 
     cats = {"input_grounded": INPUT_GROUNDED, "chat": OPEN_ENDED}[kind]
-    return [chat_ids(tokenizer, item["messages"]) for _, item in iter_prompts(load_workloads(list(cats)))]
+    return [chat_ids(tokenizer, item["messages"]) for items in load_workloads(list(cats)).values() for item in items]
 
 
 def _batch(pool: list, b: int) -> list:
@@ -205,7 +200,7 @@ def summarize_throughput(df):
 # --- speculation on vs off per B ------------------------------------------------------------------
 
 def _make_proposer(name: str, model, k: int | None):
-    from .proposers import NgramProposer, load_proposer
+    from ..proposers import NgramProposer, load_proposer
 
     if name == "ngram":
         return NgramProposer(k=k or 5)
@@ -330,7 +325,7 @@ def _ints(text: str) -> list:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m specdecode_ref.batch_bench",
+    p = argparse.ArgumentParser(prog="python -m specdecode_ref.measure.batch_bench",
                                 description="Batched decoding measurements (CSV files in --out).")
     p.add_argument("what", choices=["surface", "throughput", "speculation", "batch-k", "all"])
     p.add_argument("--batch-sizes", type=_ints, default=list(BATCH_SIZES), help="default: 1,2,4,8,16,32")
@@ -354,7 +349,7 @@ POOL_FOR = {"ngram": "input_grounded", "draft": "chat", "draft-fullvocab": "chat
 def main(argv=None) -> int:
     import pandas as pd
 
-    from .models import load_model
+    from ..models import load_model
 
     args = build_parser().parse_args(argv)
     if args.threads:
