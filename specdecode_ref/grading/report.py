@@ -8,6 +8,7 @@ from pathlib import Path
 
 CHECK_ROLES = ("reference", "solution", "stubs")  # the self-test's own files: not part of a class
 MISTAKE_ROLES = ("planted bug", "mutant", "tamper attempt")
+PLAUSIBLE_CHANCE = 1e-6  # failures less likely than this for a correct submission are not flagged as chance
 
 
 def chance_of_failing(tests: list) -> float:
@@ -26,8 +27,10 @@ def _chance_note(rec: dict) -> None:
     failed = [t for t in rec["tests"] if t["outcome"] != "passed"]
     if rec["status"] == "ok" and failed and all(t.get("chance", 0.0) > 0 for t in failed):
         p = math.prod(t["chance"] for t in failed)
-        rec["flags"].append(f"could be chance: a correct submission fails {'this test' if len(failed) == 1 else 'these tests'}"
-                            f" with probability {_prob(p)}; regrade it with other seeds")
+        if p >= PLAUSIBLE_CHANCE:  # one statistical test, typically: worth a second look
+            rec["flags"].append(f"could be chance: a correct submission fails "
+                                f"{'this test' if len(failed) == 1 else 'these tests'} with probability {_prob(p)}; "
+                                "regrade it with other seeds before deducting")
 
 
 def finish_report(lab, records: list, files: list, visible_only: bool, started: str, elapsed: float) -> dict:
