@@ -124,7 +124,7 @@ def format_report(report: dict, details: bool | None = None) -> str:
            + (" (visible tests only)" if report.get("visible_only") else "")]
     if report.get("chance"):
         out.append(f"statistical tests: a correct submission fails one of them by chance with probability "
-                   f"{_prob(report['chance'])}")
+                   f"{_prob(report['chance'])} (P(chance): over the tests each submission ran)")
     if details is None:
         details = len(subs) == 1
     if details:
@@ -139,14 +139,16 @@ def format_report(report: dict, details: bool | None = None) -> str:
                 out.append(f"  {r['status']}: {_first_line(r['message'], 300)}")
     out.append("")
     show_role = any(r.get("role", "student") != "student" for r in subs)
+    show_chance = bool(report.get("chance"))
     rows = []
     for r in subs:
         row = [r["student"]] + ([r.get("role", "student")] if show_role else [])
         row += [_num(r["score"]), _num(r["max_score"]), f"{r['percent']:.1f}%", f"{r['passed']}/{r['total']}",
-                r["status"], "; ".join(r["flags"])]
+                r["status"]] + ([_prob(r.get("chance", 0.0))] if show_chance else []) + ["; ".join(r["flags"])]
         rows.append(row)
-    header = ["submission"] + (["role"] if show_role else []) + ["score", "max", "percent", "passed", "status", "flags"]
-    out.append(table(rows, header, "l" + ("l" if show_role else "") + "rrrrll"))
+    header = (["submission"] + (["role"] if show_role else []) + ["score", "max", "percent", "passed", "status"]
+              + (["P(chance)"] if show_chance else []) + ["flags"])
+    out.append(table(rows, header, "l" + ("l" if show_role else "") + "rrrrl" + ("r" if show_chance else "") + "l"))
     students = [r for r in subs if r.get("role", "student") == "student" and r["status"] not in ("missing",)]
     if len(students) > 1 and report["tests"]:
         rates = []
