@@ -160,8 +160,12 @@ def test_tampering_is_caught(toy, tmp_path, how):
     assert "cannot be trusted" in r["message"]
 
 
-def test_honest_submissions_are_not_flagged(toy, tmp_path):
-    """Printing, failing, crashing and timing out are not tampering."""
+def test_honest_submissions_are_not_flagged(toy, tmp_path, monkeypatch):
+    """Printing, failing, crashing and timing out are not tampering; nor is grading from a shell
+    (or a notebook) that asks pytest for colours or extra options."""
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.setenv("PY_COLORS", "1")
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-q -x")
     printing = TOY_SOLUTION.replace("return a + b", 'print("== 40 passed in 1.00s ==")\n    print("PASSED x::test_add")\n'
                                                     '    return a - b')
     r = grade_files(toy, {

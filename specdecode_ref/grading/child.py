@@ -265,7 +265,7 @@ def child_main(job_path: str) -> int:
         recorder = Recorder(channel, job["test_timeout"], hidden, job["canary"], watched)
         args = [*job["files"], job["canary_file"], "-v", "-p", "no:cacheprovider", "--noconftest",
                 "-c", str(ini), "--rootdir", job["lab_dir"], "-o", "addopts=", "-o", "python_files=grading_*.py",
-                "-W", "ignore::DeprecationWarning", "--tb=short", "-r", "fEsxXp"]
+                "-W", "ignore::DeprecationWarning", "--tb=short", "-r", "fEsxXp", "--color=no"]
         try:
             status = int(pytest.main(args, plugins=[recorder]))
         except BaseException as exc:  # noqa: BLE001 - keep grading the next submission

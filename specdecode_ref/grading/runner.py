@@ -51,6 +51,9 @@ def _child_env(threads: int) -> dict:
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # no __pycache__ in the labs or the submissions
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # only our recorder: no nbval, anyio, ... in the child
+    for var in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "FORCE_COLOR", "PY_COLORS"):  # pytest's output, as parsed below
+        env.pop(var, None)
+    env["NO_COLOR"] = "1"
     env["COLUMNS"] = "400"  # one line per test in pytest's output, however long its name
     env["PYTHONUNBUFFERED"] = "1"  # pytest's per-test lines reach the log even if the process dies
     env.setdefault("MPLBACKEND", "Agg")
@@ -155,9 +158,13 @@ def _segments(log: str, subs: list) -> list:
     return segs
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
 def _pytest_output(seg_lines: list) -> dict:
     """Per-test results as pytest printed them while running (-v), and its final summary."""
     live: dict = {}
+    seg_lines = [_ANSI.sub("", line) for line in seg_lines]
     for line in seg_lines:
         m = _LIVE.match(line)
         if m:
@@ -289,7 +296,7 @@ def _assemble(sub: Submission, run: dict | None, index: int, seg: dict | None, i
         rec["status"] = "load error"
         rec["message"] = rec["tests"][0]["message"]
     _totals(rec)
-    if lab.reference_patterns and sub.role == "student":
+    if lab.reference_patterns and sub.role == "student" and lab.dir not in sub.path.parents:
         try:
             src = sub.path.read_text()
         except OSError:
