@@ -132,6 +132,8 @@ class CountForwards:
             ids = kwargs.get("input_ids", args[0] if args else None)
             if ids is not None:
                 self.positions[key] += int(torch.as_tensor(ids).shape[-1])
+            elif kwargs.get("inputs_embeds") is not None:
+                self.positions[key] += int(kwargs["inputs_embeds"].shape[-2])
         return hook
 
     def __exit__(self, *exc):
