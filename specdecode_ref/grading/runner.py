@@ -36,6 +36,8 @@ PYTEST_TESTS_FAILED = 1  # pytest's exit status when some test failed: always, s
 _LIVE = re.compile(r"^(?P<id>\S.*?::.*?) (?P<word>PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)(?: \(.*\))?\s+\[\s*\d+%\]\s*$")
 _SUMMARY = re.compile(r"^=*\s*(?P<counts>(?:\d+ [a-z]+(?:, )?)+) in [\d.]+s\b.*?=*$")
 _SUMMARY_HEADER = re.compile(r"^=+ short test summary info =+$")
+_SHORT = re.compile(r"^(?P<word>PASSED|FAILED|ERROR) (?P<id>\S.*?::.*?)(?: - .*)?$")
+_SKIPPED = re.compile(r"^SKIPPED \[(\d+)\] ")
 _START = "===== grading "
 _DONE = "===== done "
 
@@ -162,23 +164,36 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 def _pytest_output(seg_lines: list) -> dict:
-    """Per-test results as pytest printed them while running (-v), and its final summary."""
+    """What pytest printed about each test: the line it prints as each test ends (-v), the short
+    summary at the end (one line per test), and the final counts."""
     live: dict = {}
     seg_lines = [_ANSI.sub("", line) for line in seg_lines]
     for line in seg_lines:
         m = _LIVE.match(line)
         if m:
             live.setdefault(_key(m.group("id")), []).append(m.group("word"))
-    summary = None
+    summary, end = None, len(seg_lines)
     for i in range(len(seg_lines) - 1, -1, -1):
         m = _SUMMARY.match(seg_lines[i])
         if m:
-            summary = Counter()
+            summary, end = Counter(), i
             for part in m.group("counts").split(", "):
                 n, word = part.split(" ", 1)
                 summary[{"error": "errors"}.get(word, word)] += int(n)
             break
-    return {"live": live, "summary": summary}
+    short: dict = {}
+    short_counts = Counter()
+    start = next((i for i in range(end - 1, -1, -1) if _SUMMARY_HEADER.match(seg_lines[i])), None)
+    if summary is not None and start is not None:
+        for line in seg_lines[start + 1:end]:
+            m = _SHORT.match(line)
+            if m:
+                short.setdefault(_key(m.group("id")), []).append(m.group("word"))
+                short_counts[{"PASSED": "passed", "FAILED": "failed", "ERROR": "errors"}[m.group("word")]] += 1
+            m = _SKIPPED.match(line)
+            if m:
+                short_counts["skipped"] += int(m.group(1))
+    return {"live": live, "short": short, "summary": summary, "short_counts": short_counts}
 
 
 # --------------------------------------------------------------------------------------------
@@ -241,30 +256,31 @@ def _assemble(sub: Submission, run: dict | None, index: int, seg: dict | None, i
     # Cross-check with what pytest printed, the canary and the exit status.
     out = _pytest_output(seg["lines"] if seg else [])
     canary = next((t for t in tests.values() if t.get("canary")), None)
-    canary_live = [w for k, ws in out["live"].items() if k[1] == run["canary"] for w in ws]
+    sources = (out["live"], out["short"])  # as each test ended, and the short summary at the end
     for key, t in tests.items():
         if t.get("canary") or key not in seen or t["outcome"] == "skipped":
             continue
-        words = out["live"].get(key)
-        if words is None:
+        said = [src[key] for src in sources if key in src]
+        if not said:
             evidence.append(f"{key[1]}: a verdict arrived but pytest never reported the test")
-        elif (t["outcome"] == "passed") != (words == ["PASSED"]):
-            evidence.append(f"{key[1]}: the verdict says {t['outcome']}, pytest said {' and '.join(words)}")
+        for words in said:
+            if (t["outcome"] == "passed") != (set(words) == {"PASSED"}):
+                evidence.append(f"{key[1]}: the verdict says {t['outcome']}, pytest said {' and '.join(words)}")
+                break
     if finished is not None:
-        missing = [k[1] for k in out["live"] if k[1] != run["canary"] and k not in seen]
+        missing = [k[1] for src in sources for k in src if k[1] != run["canary"] and k not in seen]
         if missing:
             evidence.append(f"pytest reported {missing[0]} but no verdict arrived for it")
+        canary_said = [set(ws) for src in sources for k, ws in src.items() if k[1] == run["canary"]]
         if (canary is None or canary["outcome"] != "failed" or run["nonce"] not in canary["message"]
-                or canary_live != ["FAILED"]):
+                or not canary_said or any(ws != {"FAILED"} for ws in canary_said)):
             evidence.append("the grader's canary test, which fails on purpose, was not reported failed")
         if out["summary"] is None:
             evidence.append("pytest's final summary is missing from its output")
         else:
-            words = Counter(w for ws in out["live"].values() for w in ws)
-            printed = Counter({"passed": words["PASSED"], "failed": words["FAILED"], "errors": words["ERROR"],
-                               "skipped": words["SKIPPED"]})
-            if +printed != +Counter({k: out["summary"][k] for k in ("passed", "failed", "errors", "skipped")}):
-                evidence.append(f"pytest's summary ({dict(out['summary'])}) does not match the tests it reported")
+            counts = Counter({k: out["summary"][k] for k in ("passed", "failed", "errors", "skipped")})
+            if +out["short_counts"] != +counts:
+                evidence.append(f"pytest's summary ({dict(out['summary'])}) does not match the tests it listed")
         if finished.get("exitstatus") != PYTEST_TESTS_FAILED:
             evidence.append(f"pytest's exit status was {finished.get('exitstatus')}, but the canary always fails")
         if isolated and rc != finished.get("exitstatus"):
