@@ -2,7 +2,7 @@
 implementation switched in: the handed-out student.py files are stubs that raise
 NotImplementedError, so the notebooks could not run on them.
 
-The switch is the environment variable SPECDECODE_LAB_IMPL (see specdecode_ref/grading.py),
+The switch is the environment variable SPECDECODE_LAB_IMPL (see specdecode_ref/grading/api.py),
 set here only while nbval starts a notebook's kernel (the kernel inherits it), and only when it
 is not set already: `SPECDECODE_LAB_IMPL=student pytest labs` runs the notebooks on your own
 student.py files. The grading tests (grading_*.py) are not collected by `pytest labs`; the

@@ -1,16 +1,19 @@
 """The graded labs: the grader can pass *and* fail.
 
 For every lab folder: the reference and the worked solution score 100 %, the untouched stubs score
-0 (every test stops at NotImplementedError, and the grader does not crash), and every planted bug
-loses points on the tests its docstring names. Plus the grader's own mechanics on a toy lab
-(syntax errors, endless loops, crashes, missing files, the JSON/CSV report), the API of each
-student file, the handout, and that `pytest labs` collects only the notebooks.
+0 (every test stops at NotImplementedError, and the grader does not crash), every planted bug and
+mutant loses points on the tests its docstring names (and keeps no more than its "at most"), and
+every tamper attempt is caught. Plus the grader's own mechanics on a toy lab (syntax errors,
+endless loops, crashes, missing files, the JSON/CSV report), the API of each student file, the
+handout, and that `pytest labs` collects only the notebooks. tests/test_grading.py covers the
+grader's defences (tampering, files for another lab, the report) on toy labs.
 """
 from __future__ import annotations
 
 import csv
 import inspect
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -49,7 +52,30 @@ def test_self_test(self_tests, lab):
     assert by_name["stubs"]["score"] == 0 and by_name["stubs"]["status"] == "ok"
     bugs = [r for name, r in by_name.items() if name.startswith("bug:")]
     assert len(bugs) >= 2 and all(r["score"] < r["max_score"] for r in bugs)
+    mutants = [r for name, r in by_name.items() if name.startswith("mutant:")]
+    assert all(r["status"] == "ok" and r["score"] < r["max_score"] for r in mutants)
+    tampered = [r for r in report["submissions"] if r["role"] == "tamper attempt"]
+    assert len(tampered) >= 4 and all(r["status"] == "tampered" and r["score"] == 0 for r in tampered)
     assert any(t["hidden"] for t in report["tests"]) and any(not t["hidden"] for t in report["tests"])
+
+
+def test_enough_mutants(self_tests):
+    """Labs 1 to 4 each have realistic one-mistake mutants, at least 20 together (lab 5's tests are
+    held to the same standard by its planted bugs)."""
+    counts = {lab: sum(r["role"] == "mutant" for r in report["submissions"]) for lab, (_, report) in self_tests.items()}
+    assert sum(counts.values()) >= 20 and all(counts[lab] >= 4 for lab in LAB_IDS[:4]), counts
+
+
+def test_lossy_samplers_keep_at_most_60_percent(self_tests):
+    """Lab 1: a planted bug or mutant whose sampler is not lossless keeps at most ~60 % of the points."""
+    _, report = self_tests["lab01_rejection_sampler"]
+    lossless = {t["name"] for t in report["tests"] if t["name"] == "test_lossless_in_every_case"}
+    assert lossless
+    for r in report["submissions"]:
+        if r["role"] in ("planted bug", "mutant"):
+            failed = {t["name"] for t in r["tests"] if t["outcome"] != "passed"}
+            if failed & lossless:
+                assert r["percent"] <= 60.0, (r["student"], r["percent"])
 
 
 def _public(module):
@@ -98,6 +124,21 @@ def test_points_and_chi2_helpers():
     assert grading.chi2_pvalue([250, 250, 500], [0.25, 0.25, 0.5]) > 0.9
     assert grading.chi2_pvalue([10, 0, 990], [0.0, 0.5, 0.5]) == 0.0
     assert grading.chi2_pvalue([900, 100], [0.5, 0.5]) < 1e-6
+
+
+def test_names_labs_import():
+    """Everything lab notebooks and grading files import from specdecode_ref.grading is there."""
+    used = set()
+    for f in list((ROOT / "labs").glob("lab*/*.py")) + list((ROOT / "labs").glob("lab*/*/*.py")):
+        for m in re.finditer(r"from specdecode_ref\.grading import ([^\n]+)", f.read_text()):
+            used |= {n.strip() for n in m.group(1).split(",")}
+    for nb in (ROOT / "labs").glob("lab*/*.ipynb"):
+        for cell in nbformat.read(nb, as_version=4).cells:
+            for m in re.finditer(r"from specdecode_ref\.grading import ([^\n]+)", cell.source):
+                used |= {n.strip() for n in m.group(1).split(",")}
+    assert {"lab_fixture", "points", "load_lab", "self_check", "chi2_pvalue", "one_mistake"} <= used
+    for name in used:
+        assert hasattr(grading, name), name
 
 
 def test_pytest_collects_only_the_notebooks():

@@ -84,5 +84,9 @@ def rejection_sample(target_probs: torch.Tensor, draft_tokens: torch.Tensor,
       * K may be 0 (draft_tokens of shape [B, 0]): then just sample from p_0;
       * raise ValueError when the shapes do not fit together (target_probs [B, K+1, V],
         draft_tokens [B, K], draft_probs [B, K, V]).
+
+    Rows are independent requests: in one batch, rows may have different p and q and different
+    numbers of real drafts (each padded with -1 to K). The grading checks that the output is
+    lossless in every one of these cases; that check alone is 40 % of the points.
     """
     raise NotImplementedError("rejection_sample: accept test, residual, bonus")

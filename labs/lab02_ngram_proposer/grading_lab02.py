@@ -81,3 +81,21 @@ def test_proposer_matches_lookup(lab):
         want = brute_force(ctx, 4, 1, 3)
         got = prop.lookup(ctx)
         assert list(got) == want, f"context length {len(ctx)}: got {got}, want {want}"
+
+
+@points(2)
+def test_proposer_context_grows_by_several_tokens(lab):
+    """NgramProposer as the engine calls it: one list, grown by 1 to k + 1 tokens per call."""
+    rng = random.Random(2)
+    k = 4
+    for seed, vocab in ((2, 6), (12, 3)):
+        text = random_text(seed, 400, vocab)
+        prop = lab.NgramProposer(k=k, min_n=1, max_n=3)
+        ctx = text[:5]
+        while True:
+            got = prop.lookup(ctx)
+            want = brute_force(ctx, k, 1, 3)
+            assert list(got) == want, f"context length {len(ctx)} (grown by several tokens): got {got}, want {want}"
+            if len(ctx) >= len(text):
+                break
+            ctx.extend(text[len(ctx):len(ctx) + rng.randint(1, k + 1)])

@@ -91,8 +91,67 @@ def test_proposer_new_context(lab):
     assert list(prop.lookup(third)) == brute_force(third, 3)
 
 
+@points(2)
+def test_proposer_new_context_sharing_tokens(lab):
+    """A new list that agrees with the indexed context where a quick check would look (its first
+    tokens, its length, the last indexed token, its last tokens) but differs in between: the
+    draft is the one for the new context."""
+    for seed in range(12):
+        rng = random.Random(100 + seed)
+        old = random_text(200 + seed, 300, 5)
+        prop = lab.NgramProposer(k=4, min_n=1, max_n=3)
+        ctx = []
+        for t in old:  # indexed the way the engine grows its list
+            ctx.append(t)
+            prop.lookup(ctx)
+        new = list(old) + ([rng.randrange(5)] if seed % 2 else [])  # as long as the old one, or one longer
+        a, b = rng.randrange(10, 120), rng.randrange(150, 280)
+        new[a:b] = random_text(300 + seed, b - a, 5)
+        got = prop.lookup(new)
+        assert list(got) == brute_force(new, 4, 1, 3), (
+            f"a new context equal to the old one except at positions {a}..{b - 1}: got {got}, "
+            f"want {brute_force(new, 4, 1, 3)} (was the old index reused?)")
+
+
+class CountingList(list):
+    """A list that counts how many of its elements the code under test reads."""
+
+    reads = 0
+
+    def __getitem__(self, i):
+        out = super().__getitem__(i)
+        CountingList.reads += len(out) if isinstance(i, slice) else 1
+        return out
+
+    def __iter__(self):
+        CountingList.reads += len(self)
+        return super().__iter__()
+
+
 LONG = 4096
 LATE = LONG - 256
+
+
+@points(2)
+def test_proposer_reads_only_new_tokens(lab):
+    """In the engine's pattern (one list, grown by 1 to k + 1 tokens per call) a call at a 4k
+    context reads the new tokens and the suffix, not the whole context (tokens read are counted)."""
+    k, max_n = 5, 4
+    text = random_text(9, LONG, 50)
+    prop = lab.NgramProposer(k=k, max_n=max_n)
+    ctx = CountingList(text[:LATE])
+    prop.lookup(ctx)  # index the long context once (not counted)
+    rng = random.Random(9)
+    while len(ctx) < LONG:
+        grown = rng.randint(1, k + 1)
+        ctx.extend(text[len(ctx):len(ctx) + grown])
+        CountingList.reads = 0
+        prop.lookup(ctx)
+        limit = 20 * max_n * (grown + 1) + 4 * k
+        assert CountingList.reads <= limit, (
+            f"a call at context length {len(ctx)}, {grown} new tokens, read {CountingList.reads} tokens "
+            f"(at most {limit} expected): does every call compare, copy or scan the whole context?")
+
 
 
 @points(2)

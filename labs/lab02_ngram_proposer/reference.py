@@ -1,5 +1,9 @@
 """Lab 2 with the reference package switched in: the same names as student.py, as thin adapters
-over ``specdecode_ref.proposers.NgramProposer``."""
+over ``specdecode_ref.proposers.NgramProposer``.
+
+The package's proposer keeps the contract of student.py: the list object it indexed, grown, is
+trusted without looking back (the engine's case, O(new tokens) per call); any other list is
+compared with the indexed prefix and re-indexed from scratch when it differs."""
 from __future__ import annotations
 
 from specdecode_ref.proposers import NgramProposer as _ReferenceNgram

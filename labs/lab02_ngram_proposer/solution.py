@@ -43,22 +43,39 @@ class NgramProposer(Proposer):
     def reset(self):
         self.index = {}  # n-gram -> last end position with a follower
         self.indexed = 0  # n-grams ending at positions < indexed are in the index
-        self.last = None  # tokens[indexed - 1] when we indexed it
+        self.source = None  # the list we indexed: the engine hands us the same one every step
+        self.seen = []  # its first `indexed` tokens, to recognise it when handed another list
 
-    def lookup(self, tokens):
-        L = len(tokens)
-        if L - 1 < self.indexed or (self.indexed and tokens[self.indexed - 1] != self.last):
-            self.reset()  # not a continuation of what we indexed: a new context
-        for e in range(self.indexed, L - 1):  # n-grams that gained a follower since last time
+    def _same_context(self, tokens):
+        if len(tokens) <= self.indexed:
+            return False  # shorter than what we indexed (plus its follower): not our context
+        if tokens is self.source:
+            return True  # our list, grown: committed tokens never change
+        return tokens[:self.indexed] == self.seen  # another list: O(L), once per new request
+
+    def _add_ngrams(self, tokens):
+        """Index the n-grams that gained a follower since the last call."""
+        for e in range(self.indexed, len(tokens) - 1):
             for n in range(self.min_n, min(self.max_n, e + 1) + 1):
                 self.index[tuple(tokens[e - n + 1:e + 1])] = e
-        self.indexed = max(self.indexed, L - 1)
-        self.last = tokens[self.indexed - 1] if self.indexed else None
-        for n in range(min(self.max_n, L), self.min_n - 1, -1):
+        if len(tokens) - 1 > self.indexed:
+            self.seen.extend(tokens[self.indexed:len(tokens) - 1])
+            self.indexed = len(tokens) - 1
+
+    def _find(self, tokens):
+        L = len(tokens)
+        for n in range(min(self.max_n, L), self.min_n - 1, -1):  # longest suffix first
             e = self.index.get(tuple(tokens[L - n:]))
             if e is not None:
                 return _continue(tokens, e, self.k)
         return []
+
+    def lookup(self, tokens):
+        if self.indexed and not self._same_context(tokens):
+            self.reset()  # a new context: index it from scratch
+        self.source = tokens
+        self._add_ngrams(tokens)
+        return self._find(tokens)
 
     def begin(self, state):
         self.reset()

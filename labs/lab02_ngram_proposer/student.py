@@ -36,12 +36,14 @@ def ngram_lookup(tokens: list, k: int, min_n: int = 1, max_n: int = 4) -> list:
 class NgramProposer(Proposer):
     """The same rule as :func:`ngram_lookup`, incrementally: a proposer the engine can call every step.
 
-    The engine calls ``propose`` once per decoding step with the committed tokens, which grow by
-    a few tokens each time. Rescanning the whole context every step costs O(L) per step and
+    The engine calls ``propose`` once per decoding step with its list of committed tokens: the
+    *same list object* every step, grown by the 1 to k + 1 tokens the step emitted (committed
+    tokens never change). Rescanning the whole context every step costs O(L) per step and
     O(L^2) over a generation. Instead keep an index from each n-gram (a tuple, n in
     min_n..max_n) to the position where it last ended, add only the n-grams that became
     complete since the previous call, and answer a lookup with at most max_n dictionary
-    look-ups. The cost of a call must not grow with the length of the context.
+    look-ups. On that path the cost of a call must not grow with the length of the context: do
+    not compare, copy or scan the whole list.
 
     Careful with the most recent occurrence: an n-gram may only be indexed once the token after
     it is known (ending at e <= L - 2), otherwise the suffix would find itself.
@@ -60,13 +62,19 @@ class NgramProposer(Proposer):
         """Forget the previous context (a new request starts). Set up your index here."""
         self.index = {}  # n-gram tuple -> the last position where it ended (with a follower)
         self.indexed = 0  # how far into the context the index is up to date (your choice)
+        # ... and what you need to recognise the context next time (see lookup)
 
     def lookup(self, tokens: list) -> list:
-        """Draft for ``tokens``, equal to ``ngram_lookup(tokens, self.k, self.min_n, self.max_n)``.
+        """Draft for ``tokens``: always exactly ``ngram_lookup(tokens, self.k, self.min_n, self.max_n)``.
 
-        Usually ``tokens`` extends the list of the previous call. If it does not (it is shorter
-        than what you indexed, or a token you indexed changed: a new context), call
-        ``self.reset()`` and index it from scratch.
+        Two cases:
+
+        * ``tokens`` is the list object of the previous call and has not shrunk (the engine's
+          case): it is the old context plus new tokens. Index the new n-grams only.
+        * anything else (another list, or a shorter one) may be a new context, even when it
+          shares its length, its first or its last tokens with the old one. Check that the
+          tokens you indexed are still its prefix (comparing them costs O(L), which is fine
+          once per request) and otherwise call ``self.reset()`` and index it from scratch.
         """
         raise NotImplementedError("NgramProposer.lookup: update the index, then look up the suffix")
 

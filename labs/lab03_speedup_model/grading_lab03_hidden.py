@@ -1,5 +1,7 @@
 """Lab 3 grading tests (hidden): vectorised inputs, limits, errors, optimal K by brute force,
 cost curves, and alpha from measured per-position acceptance."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -30,7 +32,9 @@ def test_vectorised_inputs(lab):
 def test_scalars_and_k_zero(lab):
     """Scalars give a number; k = 0 is plain decoding (1 token, speedup 1 / verify_cost)."""
     e = lab.expected_tokens_per_step(0.7, 0)
-    assert np.ndim(e) == 0 and float(e) == 1.0
+    assert isinstance(e, float) and e == 1.0, f"two scalars must give a float, got {type(e).__name__} {e!r}"
+    s = lab.expected_speedup(0.7, 3, 0.1)
+    assert isinstance(s, float), f"two scalars must give a float, got {type(s).__name__} {s!r}"
     assert abs(float(lab.expected_speedup(0.7, 0, 0.3, 1.25)) - 0.8) < TOL
 
 
@@ -40,6 +44,29 @@ def test_invalid_alpha(lab):
     for bad in (-0.1, 1.5):
         with pytest.raises(ValueError):
             lab.expected_tokens_per_step(bad, 3)
+
+
+@points(1)
+def test_invalid_k(lab):
+    """k must be a whole number >= 0: -1, 2.5 and an array holding -2 raise ValueError."""
+    for bad in (-1, 2.5, np.array([1, -2, 3])):
+        with pytest.raises(ValueError):
+            lab.expected_tokens_per_step(0.5, bad)
+
+
+@points(2)
+def test_no_warning_at_alpha_one(lab):
+    """alpha = 1, alone or inside arrays, with warnings turned into errors: no warning, no NaN."""
+    with warnings.catch_warnings(), np.errstate(all="warn"):  # numpy's default, whatever was set at import
+        warnings.simplefilter("error")
+        assert float(lab.expected_tokens_per_step(1.0, 4)) == 5.0
+        e = np.asarray(lab.expected_tokens_per_step(np.array([0.5, 1.0, 1.0]), np.array([3, 3, 0])))
+        np.testing.assert_allclose(e, [1.875, 4.0, 1.0], rtol=1e-12)
+        s = np.asarray(lab.expected_speedup(np.array([1.0, 0.9]), np.array([2, 3]), 0.1))
+        np.testing.assert_allclose(s, [speedup(1.0, 2, 0.1), speedup(0.9, 3, 0.1)], rtol=1e-12)
+        assert lab.optimal_k(1.0, 0.05, k_max=8) in best_ks(1.0, 0.05, k_max=8)
+        assert abs(float(lab.effective_alpha([1.0, 1.0])) - 1.0) < 1e-9
+        assert abs(float(lab.alpha_from_tau(4.0, 3)) - 1.0) < 1e-9
 
 
 @points(3)
@@ -60,16 +87,37 @@ def test_optimal_k_ties_and_limits(lab):
     assert lab.optimal_k(0.0, 0.2) == 1
     assert lab.optimal_k(1.0, 0.0, k_max=12) == 12
     assert lab.optimal_k(0.99, 0.001, k_max=5) == 5
+    assert lab.optimal_k(0.5, 0.0, k_max=1) == 1
+    for bad in (0, -3):
+        with pytest.raises(ValueError):
+            lab.optimal_k(0.8, 0.05, k_max=bad)
 
 
-@points(1)
+# A measured cost curve T(k+1)/T(1) as a table (it jumps at k = 6, where another kernel takes over).
+COSTS = [1.0 + 0.03 * k + (0.25 if k >= 6 else 0.0) for k in range(65)]
+
+
+def table_curve(k):
+    """verify_cost(k) read from the table: works for one whole number k, not for an array."""
+    return COSTS[k]
+
+
+@points(2)
 def test_verify_cost_function(lab):
-    """verify_cost may be a function of k (a measured cost curve)."""
+    """verify_cost may be a function of k: a formula, or a table that is read one k at a time."""
     curve = lambda k: 1.0 + 0.08 * k  # noqa: E731
     got = float(lab.expected_speedup(0.8, 5, 0.05, curve))
     assert abs(got - speedup(0.8, 5, 0.05, curve)) < TOL
-    want = best_ks(0.85, 0.02, curve)
-    assert lab.optimal_k(0.85, 0.02, curve) in want
+    assert lab.optimal_k(0.85, 0.02, curve) in best_ks(0.85, 0.02, curve)
+    for alpha, k in ((0.8, 5), (0.7, 6), (0.95, 9)):
+        got = float(lab.expected_speedup(alpha, k, 0.05, table_curve))
+        assert abs(got - speedup(alpha, k, 0.05, table_curve)) < TOL, f"alpha={alpha}, k={k}, a table cost curve"
+    ks = np.array([1, 4, 6, 9])
+    got = np.asarray(lab.expected_speedup(0.8, ks, 0.05, table_curve), dtype=float)
+    np.testing.assert_allclose(got, [speedup(0.8, int(k), 0.05, table_curve) for k in ks], rtol=1e-12)
+    for alpha in (0.7, 0.9, 0.97):
+        got = lab.optimal_k(alpha, 0.02, table_curve, k_max=40)
+        assert got in best_ks(alpha, 0.02, table_curve, k_max=40), f"alpha={alpha}: got {got} with a table cost curve"
 
 
 @points(1)
@@ -88,15 +136,24 @@ def test_conditional_rates_edge_cases(lab):
     np.testing.assert_allclose(np.asarray(lab.conditional_rates([0.4, 0.41]), float), [0.4, 1.0])
 
 
+@points(1)
+def test_rates_outside_zero_one_raise(lab):
+    """Per-position rates outside [0, 1] are not measurements: ValueError from every function taking them."""
+    for bad in ([0.5, 1.2], [-0.1, 0.0]):
+        for fn in (lab.conditional_rates, lab.expected_tokens_from_position_rates, lab.effective_alpha):
+            with pytest.raises(ValueError):
+                fn(bad)
+
+
 @points(2)
 def test_alpha_from_tau_round_trip(lab):
-    """alpha_from_tau inverts expected_tokens_per_step (to 1e-6), including both ends."""
+    """alpha_from_tau inverts expected_tokens_per_step to within 1e-9, as promised; both ends exactly."""
     for k in (1, 3, 8):
-        for alpha in (0.05, 0.3, 0.6, 0.9, 0.99):
+        for alpha in (0.05, 0.3, 0.6, 0.9, 0.99, 0.123456789):
             got = float(lab.alpha_from_tau(geometric(alpha, k), k))
-            assert abs(got - alpha) < 1e-6, f"k={k}, alpha={alpha}: got {got}"
-        assert abs(float(lab.alpha_from_tau(1.0, k))) < 1e-6
-        assert abs(float(lab.alpha_from_tau(k + 1.0, k)) - 1.0) < 1e-6
+            assert abs(got - alpha) < 1e-9, f"k={k}, alpha={alpha}: got {got} (off by {abs(got - alpha):.1e})"
+        assert float(lab.alpha_from_tau(1.0, k)) == 0.0 and float(lab.alpha_from_tau(k + 1.0, k)) == 1.0, \
+            f"k={k}: the ends tau = 1 and tau = k + 1 must give exactly 0 and 1"
 
 
 @points(1)
@@ -112,9 +169,9 @@ def test_effective_alpha_properties(lab):
     """effective_alpha: S_i = alpha^i gives alpha back; all-ones gives 1, all-zeros 0; bad input raises."""
     for alpha in (0.2, 0.65, 0.9):
         s = [alpha ** i for i in range(1, 6)]
-        assert abs(float(lab.effective_alpha(s)) - alpha) < 1e-6
-    assert abs(float(lab.effective_alpha([1.0, 1.0, 1.0])) - 1.0) < 1e-6
-    assert abs(float(lab.effective_alpha([0.0, 0.0]))) < 1e-6
+        assert abs(float(lab.effective_alpha(s)) - alpha) < 1e-8
+    assert abs(float(lab.effective_alpha([1.0, 1.0, 1.0])) - 1.0) < 1e-8
+    assert abs(float(lab.effective_alpha([0.0, 0.0]))) < 1e-8
     for bad in ([], [0.5, 1.2]):
         with pytest.raises(ValueError):
             lab.effective_alpha(bad)

@@ -16,6 +16,8 @@ def conditional_rates(per_position_acceptance):
 def alpha_from_tau(tau: float, k: int) -> float:
     if int(k) < 1:
         raise ValueError(f"k must be >= 1 to estimate alpha, got {k!r}")
+    if tau == 1.0 or tau == k + 1.0:  # exact ends (the package's bisection stops ~1e-8 short of alpha = 1)
+        return 0.0 if tau == 1.0 else 1.0
     return analysis.alpha_from_tau(tau, k)
 
 

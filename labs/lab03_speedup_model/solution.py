@@ -30,16 +30,25 @@ def expected_speedup(alpha, k, c, verify_cost=1.0):
 
 
 def optimal_k(alpha, c, verify_cost=1.0, k_max=64):
+    if isinstance(k_max, bool) or int(k_max) != k_max or k_max < 1:
+        raise ValueError(f"k_max must be a whole number >= 1, got {k_max!r}")
     best_k, best = 1, -1.0
-    for k in range(1, k_max + 1):
+    for k in range(1, int(k_max) + 1):
         s = expected_speedup(alpha, k, c, verify_cost)
         if s > best:  # strictly better: ties keep the smaller k
             best_k, best = k, s
     return best_k
 
 
+def _check_rates(r):
+    r = np.asarray(r, dtype=float)
+    if np.any((r < 0) | (r > 1)) or np.any(np.isnan(r)):
+        raise ValueError(f"rates must lie in [0, 1], got {r.tolist()}")
+    return r
+
+
 def conditional_rates(per_position_acceptance):
-    s = np.asarray(per_position_acceptance, dtype=float)
+    s = _check_rates(per_position_acceptance)
     prev = np.concatenate([[1.0], s[:-1]])
     out = np.zeros_like(s)
     reached = prev > 0
@@ -48,12 +57,14 @@ def conditional_rates(per_position_acceptance):
 
 
 def expected_tokens_from_position_rates(rates):
-    return float(1.0 + np.cumprod(np.asarray(rates, dtype=float)).sum())
+    return float(1.0 + np.cumprod(_check_rates(rates)).sum())
 
 
 def alpha_from_tau(tau, k):
     if k < 1 or not 1.0 <= tau <= k + 1.0:
         raise ValueError(f"need k >= 1 and 1 <= tau <= k + 1, got tau={tau!r}, k={k!r}")
+    if tau == 1.0 or tau == k + 1.0:
+        return 0.0 if tau == 1.0 else 1.0  # exact ends
     lo, hi = 0.0, 1.0
     while hi - lo > 1e-12:
         mid = (lo + hi) / 2

@@ -26,9 +26,10 @@ import numpy as np
 def expected_tokens_per_step(alpha, k):
     """(1 - alpha^(k+1)) / (1 - alpha), the bonus token counted; alpha = 1 gives k + 1.
 
-    alpha in [0, 1] (raise ValueError otherwise), k a whole number >= 0. Both may be numpy
-    arrays: broadcast them and return an array; for two scalars return a float. No NaN and no
-    warning at alpha = 1.
+    alpha in [0, 1] and k a whole number >= 0 (raise ValueError otherwise: alpha = 1.5, k = -1
+    or k = 2.5). Both may be numpy arrays: broadcast them and return an array; for two scalars
+    return a float. No NaN and no warning at alpha = 1, also inside an array (the grader runs
+    this with warnings turned into errors).
     """
     raise NotImplementedError("expected_tokens_per_step")
 
@@ -36,8 +37,9 @@ def expected_tokens_per_step(alpha, k):
 def expected_speedup(alpha, k, c, verify_cost=1.0):
     """E[tokens per step] / (k * c + verify_cost), vectorised over alpha, k and c like above.
 
-    verify_cost: a number > 0, or a function of k returning T(k+1)/T(1) (call it with each k
-    separately; a measured cost curve is not vectorised).
+    verify_cost: a number > 0, or a function of k returning T(k+1)/T(1). A measured cost curve
+    is usually a table, e.g. ``lambda k: costs[k]``, so call the function with one whole number
+    k at a time, never with an array.
     """
     raise NotImplementedError("expected_speedup")
 
@@ -45,7 +47,8 @@ def expected_speedup(alpha, k, c, verify_cost=1.0):
 def optimal_k(alpha: float, c: float, verify_cost=1.0, k_max: int = 64) -> int:
     """The k in 1..k_max that maximises expected_speedup(alpha, k, c, verify_cost).
 
-    Ties go to the smaller k (a shorter draft wastes less when the model is wrong).
+    Ties go to the smaller k (a shorter draft wastes less when the model is wrong). verify_cost
+    as in :func:`expected_speedup`. Raise ValueError unless k_max is a whole number >= 1.
     """
     raise NotImplementedError("optimal_k")
 
@@ -56,13 +59,15 @@ def conditional_rates(per_position_acceptance):
 
     Returns a numpy array of the same length. Where S_(i-1) = 0 the position is never reached:
     return 0 there. Clip the result to [0, 1] (noisy measurements can make S rise slightly).
+    Raise ValueError for an S_i outside [0, 1]: that is not a measured rate.
     """
     raise NotImplementedError("conditional_rates")
 
 
 def expected_tokens_from_position_rates(rates) -> float:
     """E[tokens per step] = 1 + a_1 + a_1 a_2 + ... + a_1 a_2 ... a_k for conditional rates a_i
-    (a position is reached only if all earlier ones were accepted). An empty list gives 1.0."""
+    (a position is reached only if all earlier ones were accepted). An empty list gives 1.0.
+    Raise ValueError for a rate outside [0, 1]."""
     raise NotImplementedError("expected_tokens_from_position_rates")
 
 
@@ -70,7 +75,9 @@ def alpha_from_tau(tau: float, k: int) -> float:
     """The i.i.d. alpha whose expected_tokens_per_step(alpha, k) equals tau.
 
     E grows with alpha from 1 (alpha = 0) to k + 1 (alpha = 1), so solve it numerically, e.g. by
-    bisection, to within 1e-9. Raise ValueError unless k >= 1 and 1 <= tau <= k + 1.
+    bisection, to within 1e-9. The ends are exact: tau = 1 gives 0.0 and tau = k + 1 gives 1.0
+    (near alpha = 1 the closed form loses digits, so a bisection alone stops about 1e-8 short).
+    Raise ValueError unless k >= 1 and 1 <= tau <= k + 1.
     """
     raise NotImplementedError("alpha_from_tau")
 

@@ -110,22 +110,30 @@ def as_ids(x) -> list:
 # --- instruments --------------------------------------------------------------------------------
 
 class CountForwards:
-    """Counts the forward calls of each model while active: ``with CountForwards(a, b) as c: ... c[a]``."""
+    """Counts the forward calls of each model while active, and the positions (input tokens) they
+    read: ``with CountForwards(a, b) as c: ... c[a], c.positions[id(a)]``."""
 
     def __init__(self, *models):
         self.models = models
         self.counts = {}
+        self.positions = {}
 
     def __enter__(self):
         self.handles = []
         for m in self.models:
             self.counts.setdefault(id(m), 0)
-            self.handles.append(m.register_forward_pre_hook(self._hook(id(m))))
+            self.positions.setdefault(id(m), 0)
+            self.handles.append(m.register_forward_pre_hook(self._hook(id(m)), with_kwargs=True))
         return self
 
     def _hook(self, key):
-        def hook(module, args):
+        def hook(module, args, kwargs):
             self.counts[key] += 1
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            if ids is not None:
+                self.positions[key] += int(torch.as_tensor(ids).shape[-1])
+            elif kwargs.get("inputs_embeds") is not None:
+                self.positions[key] += int(kwargs["inputs_embeds"].shape[-2])
         return hook
 
     def __exit__(self, *exc):
@@ -134,6 +142,10 @@ class CountForwards:
 
     def __getitem__(self, m):
         return self.counts[id(m)]
+
+    def read(self, m) -> int:
+        """Positions (tokens) model ``m`` read in its forwards."""
+        return self.positions[id(m)]
 
 
 def cache_mismatch(m, cache, tokens: list, length: int):
@@ -170,6 +182,7 @@ class InvariantChecker:
         self.committed = len(prompt)
         self.steps = 0
         self.problems = []
+        self.caches = None  # the cache objects of the first step: every later step must use the same
 
     def __call__(self, tokens, target_cache, draft_cache):
         tokens = as_ids(tokens)
@@ -180,6 +193,13 @@ class InvariantChecker:
             self.problems.append(f"{step}: on_step got tokens that do not extend the committed ones")
             self.committed = len(tokens)
             return
+        if self.caches is None:
+            self.caches = (target_cache, draft_cache)
+        elif target_cache is not self.caches[0] or draft_cache is not self.caches[1]:
+            which = " and ".join(n for n, a, b in (("target", target_cache, self.caches[0]),
+                                                   ("draft", draft_cache, self.caches[1])) if a is not b)
+            self.problems.append(f"{step}: a new {which} cache object: create each cache once and roll it "
+                                 "back, do not rebuild it")
         k_step = min(self.k, self.n - (before - len(self.prompt)))
         want_target = len(tokens) - 1
         want_draft = min(len(tokens) - 1, before + k_step - 1)  # d_k is never fed to the draft
@@ -341,6 +361,37 @@ def test_one_target_forward_per_step(lab):
     assert done == n, f"the accepted counts {result['accepted']} do not add up to {n} tokens"
     assert counts[d] == sum(drafted) == result["draft_forwards"], (
         f"{counts[d]} draft forwards ran, the result reports {result['draft_forwards']}, expected {sum(drafted)}")
+
+
+def expected_reads(prompt_len: int, accepted: list, drafted: list) -> tuple:
+    """Positions the target and the draft read over a whole generation when both caches are kept
+    and rolled back: the prompt once, then per step only the pending tokens and the drafts."""
+    target = prompt_len + sum(drafted) + len(drafted) - 1  # later steps: the last token + the drafts
+    draft = prompt_len + sum(k - 1 for k in drafted)  # pending + k - 1 per step
+    for a, k in zip(accepted[:-1], drafted[:-1]):
+        draft += 2 if a == k else 1  # pending at the next step: d_k and the bonus, or the last token
+    return target, draft
+
+
+@points(3)
+@pytest.mark.parametrize("draft", ["close", "twin"])
+def test_caches_reused_not_rebuilt(lab, draft):
+    """Each cache is created once and rolled back: the same cache objects at every step, and each
+    forward reads only the tokens its cache has not seen (the prompt once, then a few per step)."""
+    t, d = model("target"), model(draft)
+    k, n = 3, 30
+    p = make_prompt(8, length=20)
+    result, counts, checker = run(lab, t, d, p, k, n, check=True)
+    assert as_ids(result["tokens"]) == plain("target", p, n)
+    new_objects = [x for x in checker.problems if "cache object" in x]
+    assert not new_objects, new_objects[0]
+    want_t, want_d = expected_reads(len(p), list(result["accepted"]), list(result["drafted"]))
+    assert counts.read(t) == want_t, (
+        f"the target read {counts.read(t)} positions in {counts[t]} forwards, expected {want_t}: the prompt once, "
+        "then the last committed token and the drafts per step; re-reading the context means its cache was rebuilt")
+    assert counts.read(d) == want_d, (
+        f"the draft read {counts.read(d)} positions in {counts[d]} forwards, expected {want_d}: the prompt once, "
+        "then only its pending tokens and its own drafts; re-reading the context means its cache was rebuilt")
 
 
 class ScriptedDraft:

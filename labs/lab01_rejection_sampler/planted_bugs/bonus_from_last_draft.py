@@ -6,17 +6,12 @@ caught by: test_every_position_and_bonus_follow_p, test_bonus_when_all_accepted
 from __future__ import annotations
 import torch
 
-import importlib.util as _ilu
-from pathlib import Path as _Path
+from specdecode_ref.grading import one_mistake
 
-# Everything not redefined below is the worked solution; the buggy functions are patched into it
-# too, so the solution's other functions call them (as they would in one student file).
-_spec = _ilu.spec_from_file_location("_planted_base", _Path(__file__).resolve().parents[1] / "solution.py")
-_base = _ilu.module_from_spec(_spec)
-_spec.loader.exec_module(_base)
-globals().update({_n: _v for _n, _v in vars(_base).items() if not _n.startswith("__")})
+patch = one_mistake(globals())  # the worked solution, one function replaced below
 
 
+@patch
 def rejection_sample(target_probs, draft_tokens, draft_probs=None, generator=None):
     if target_probs.dim() != 3 or draft_tokens.dim() != 2:
         raise ValueError("target_probs must be [B, K+1, V] and draft_tokens [B, K]")
@@ -57,6 +52,3 @@ def rejection_sample(target_probs, draft_tokens, draft_probs=None, generator=Non
     tokens[:, :K] = torch.where(keep, draft_tokens, torch.full_like(draft_tokens, -1))
     tokens[rows, n] = nxt
     return tokens, n
-
-
-_base.rejection_sample = rejection_sample

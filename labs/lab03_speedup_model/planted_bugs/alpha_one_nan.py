@@ -6,17 +6,12 @@ caught by: test_alpha_one_limit
 from __future__ import annotations
 import numpy as np
 
-import importlib.util as _ilu
-from pathlib import Path as _Path
+from specdecode_ref.grading import one_mistake
 
-# Everything not redefined below is the worked solution; the buggy functions are patched into it
-# too, so the solution's other functions call them (as they would in one student file).
-_spec = _ilu.spec_from_file_location("_planted_base", _Path(__file__).resolve().parents[1] / "solution.py")
-_base = _ilu.module_from_spec(_spec)
-_spec.loader.exec_module(_base)
-globals().update({_n: _v for _n, _v in vars(_base).items() if not _n.startswith("__")})
+patch = one_mistake(globals())  # the worked solution, one function replaced below
 
 
+@patch
 def expected_tokens_per_step(alpha, k):
     a = np.asarray(alpha, dtype=float)
     kk = np.asarray(k, dtype=float)
@@ -28,6 +23,3 @@ def expected_tokens_per_step(alpha, k):
     with np.errstate(divide="ignore", invalid="ignore"):
         out = (1 - a ** (kk + 1)) / (1 - a)  # BUG: alpha = 1 is 0/0
     return float(out) if out.ndim == 0 else out
-
-
-_base.expected_tokens_per_step = expected_tokens_per_step

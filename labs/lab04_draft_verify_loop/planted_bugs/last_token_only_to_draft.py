@@ -10,17 +10,12 @@ from __future__ import annotations
 
 from specdecode_ref import kv
 
-import importlib.util as _ilu
-from pathlib import Path as _Path
+from specdecode_ref.grading import one_mistake
 
-# Everything not redefined below is the worked solution; the buggy functions are patched into it
-# too, so the solution's other functions call them (as they would in one student file).
-_spec = _ilu.spec_from_file_location("_planted_base", _Path(__file__).resolve().parents[1] / "solution.py")
-_base = _ilu.module_from_spec(_spec)
-_spec.loader.exec_module(_base)
-globals().update({_n: _v for _n, _v in vars(_base).items() if not _n.startswith("__")})
+patch = one_mistake(globals())  # the worked solution, one function replaced below
 
 
+@patch
 def speculative_greedy(target_model, draft_model, prompt_ids, k, max_new_tokens, on_step=None):
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise ValueError(f"k must be an int >= 1, got {k!r}")
@@ -54,6 +49,3 @@ def speculative_greedy(target_model, draft_model, prompt_ids, k, max_new_tokens,
             on_step(list(tokens), target_cache, draft_cache)
     return {"tokens": tokens[prompt_len:], "accepted": accepted, "drafted": drafted_counts,
             "target_forwards": target_forwards, "draft_forwards": draft_forwards}
-
-
-_base.speculative_greedy = speculative_greedy

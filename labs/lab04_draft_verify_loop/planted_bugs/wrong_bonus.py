@@ -8,17 +8,12 @@ from __future__ import annotations
 
 import torch
 
-import importlib.util as _ilu
-from pathlib import Path as _Path
+from specdecode_ref.grading import one_mistake
 
-# Everything not redefined below is the worked solution; the buggy functions are patched into it
-# too, so the solution's other functions call them (as they would in one student file).
-_spec = _ilu.spec_from_file_location("_planted_base", _Path(__file__).resolve().parents[1] / "solution.py")
-_base = _ilu.module_from_spec(_spec)
-_spec.loader.exec_module(_base)
-globals().update({_n: _v for _n, _v in vars(_base).items() if not _n.startswith("__")})
+patch = one_mistake(globals())  # the worked solution, one function replaced below
 
 
+@patch
 def verify_greedy(target_model, target_cache, pending_ids, drafted):
     pending = _ids(pending_ids)
     drafted = _ids(drafted)
@@ -33,6 +28,3 @@ def verify_greedy(target_model, target_cache, pending_ids, drafted):
     if a == len(drafted) and a > 0:
         return a, drafted + [best[a - 1]]  # BUG: the bonus is best[a], predicted after d_k
     return a, drafted[:a] + [best[a]]
-
-
-_base.verify_greedy = verify_greedy

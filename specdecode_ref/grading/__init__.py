@@ -1,0 +1,89 @@
+"""Graded labs: load a lab's implementation, give tests points, grade submissions.
+
+A lab is a folder ``labs/labNN_topic/`` that follows these conventions (adding a lab means
+adding a folder; nothing here lists the labs):
+
+    labNN_topic.ipynb          guided notebook; ``lab = load_lab()`` gives it the implementation
+    student.py                 documented stubs that raise NotImplementedError (students edit it)
+    reference.py               the same names as thin adapters over specdecode_ref
+    solution.py                (optional) a worked solution written the way a student would
+    grading_labNN.py           pytest tests with ``@points(n)``: the self-check students may see
+    grading_labNN_hidden.py    more tests, the edge cases the notebook does not show
+    planted_bugs/*.py          wrong solutions that must lose points (checked by ``--self-test``)
+    mutants/*.py               more of them: each one realistic mistake, also self-tested
+
+A planted bug or mutant is the worked solution with one function replaced (:func:`one_mistake`);
+its docstring names the tests that must catch it (``caught by: test_a, test_b``) and may cap the
+score it keeps (``at most: 60 %``).
+
+Which implementation runs is one switch, read by the notebook and the grading tests alike:
+``load_lab(impl)`` or the environment variable ``SPECDECODE_LAB_IMPL`` = ``student`` (default),
+``reference``, ``solution`` or a path to a ``.py`` file (a submission).
+
+The package, by purpose:
+
+    api.py        what notebooks and grading tests import: load_lab, lab_fixture, points,
+                  chi2_pvalue, self_check
+    mutation.py   one_mistake: planted bugs and mutants as the solution with one function replaced
+    labs.py       lab folders, a class's submissions on disk, which lab a file belongs to
+    child.py      inside a grading process: pytest and the recorder that reports each verdict
+    runner.py     one process per submission; its verdicts, checked against pytest's own output
+    report.py     report.json, scores.csv and the printed tables
+    selftest.py   reference 100 %, stubs 0, every planted bug and mutant loses points, every
+                  tamper attempt (tamper_attempts/*.py) is caught
+    handouts.py   what students get (handout)
+    cli.py        ``python -m specdecode_ref.grading`` (``__main__.py``)
+
+Command line (``python -m specdecode_ref.grading --help``)::
+
+    python -m specdecode_ref.grading labs/lab01_rejection_sampler              # grade student.py
+    python -m specdecode_ref.grading labs/lab01_rejection_sampler --reference  # the reference
+    python -m specdecode_ref.grading labs/lab01_rejection_sampler --submission alice/student.py
+    python -m specdecode_ref.grading labs/lab0* --submissions collected/ --out grades/
+    python -m specdecode_ref.grading labs/lab0* --self-test     # reference 100 %, stubs 0, bugs < 100 %
+    python -m specdecode_ref.grading handout labs/lab01_rejection_sampler --out handout/
+
+Every submission is graded in its own Python process with a time limit, and every test has its
+own time limit too, so an infinite loop or a crash costs that submission points and nothing else.
+A test that raises NotImplementedError (an untouched stub) simply scores 0. The verdicts travel
+over a pipe and are checked against pytest's own output, a canary test and the exit status; a
+submission that tries to change them is reported "tampered" (see runner.py). A file handed in
+for another lab is reported "wrong lab" (or "ambiguous"), not graded. The grader prints a score
+table and writes ``report.json`` (everything, with failure messages) and ``scores.csv`` (one row
+per submission, one column per test) into the output folder.
+
+Grading runs the submitted code: code that runs inside the grading process can, with enough
+effort, imitate everything the grader checks. For untrusted submissions run the grader in a
+container or a throw-away account.
+"""
+from __future__ import annotations
+
+from .api import (IMPL_ENV, NAMED_IMPLS, GradingTimeout, LabLoadError, chi2_pvalue, lab_fixture, load_lab, points,
+                  resolve_impl, self_check)
+from .mutation import one_mistake
+
+__all__ = ["IMPL_ENV", "NAMED_IMPLS", "GradingTimeout", "LabLoadError", "chi2_pvalue", "lab_fixture", "load_lab",
+           "points", "resolve_impl", "self_check", "one_mistake",
+           "Lab", "Submission", "find_submissions", "grade", "self_test", "check_self_test", "self_test_submissions",
+           "format_report", "write_report", "handout", "main", "DEFAULT_TEST_TIMEOUT", "DEFAULT_TIMEOUT"]
+
+_LAZY = {
+    "Lab": "labs", "Submission": "labs", "find_submissions": "labs", "which_lab": "labs",
+    "grade": "runner", "DEFAULT_TEST_TIMEOUT": "runner", "DEFAULT_TIMEOUT": "runner",
+    "self_test": "selftest", "check_self_test": "selftest", "self_test_submissions": "selftest",
+    "tamper_attempts": "selftest",
+    "format_report": "report", "write_report": "report",
+    "handout": "handouts", "main": "cli",
+}
+
+
+def __getattr__(name):
+    """The grader's own names (runner, report, self-test, command line), imported when first
+    used: grading tests and notebooks need only the API above."""
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

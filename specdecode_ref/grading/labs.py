@@ -1,0 +1,162 @@
+"""Labs and submissions on disk: what a lab folder holds, where a class's files are, and which
+lab a file belongs to."""
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROLES = ("reference", "solution", "stubs", "planted bug", "mutant", "tamper attempt")
+
+
+@dataclass
+class Lab:
+    dir: Path
+    visible_files: list
+    hidden_files: list
+    planted_bugs: list
+    mutants: list = field(default_factory=list)
+    reference_patterns: list = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.dir.name
+
+    @property
+    def number(self) -> str:
+        m = re.match(r"(lab\d+)", self.name)
+        return m.group(1) if m else self.name
+
+    def files(self, visible_only: bool = False) -> list:
+        return list(self.visible_files) + ([] if visible_only else list(self.hidden_files))
+
+    def api_names(self) -> set:
+        """The public functions and classes of the lab's ``student.py``: what a submission defines."""
+        return _public_names(self.dir / "student.py", definitions_only=True) or set()
+
+    @staticmethod
+    def open(path) -> "Lab":
+        d = Path(path).resolve()
+        if not d.is_dir():
+            raise SystemExit(f"{path}: not a folder (expected a lab folder such as labs/lab01_rejection_sampler)")
+        grading = sorted(d.glob("grading_*.py"))
+        if not grading:
+            raise SystemExit(f"{path}: no grading_*.py files: is this a lab folder?")
+        hidden = [f for f in grading if f.stem.endswith("_hidden")]
+        visible = [f for f in grading if f not in hidden]
+        bugs = sorted((d / "planted_bugs").glob("*.py")) if (d / "planted_bugs").is_dir() else []
+        mutants = sorted((d / "mutants").glob("*.py")) if (d / "mutants").is_dir() else []
+        patterns = []
+        for f in grading:  # REFERENCE_PATTERNS = [regex, ...] in a grading file: code worth flagging
+            try:
+                tree = ast.parse(f.read_text())
+            except SyntaxError:
+                continue
+            for node in tree.body:
+                if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "REFERENCE_PATTERNS"
+                                                         for t in node.targets)):
+                    patterns += list(ast.literal_eval(node.value))
+        return Lab(d, visible, hidden, bugs, mutants, patterns)
+
+
+@dataclass
+class Submission:
+    name: str
+    path: Path | None  # None: nothing found for this student
+    note: str = ""
+    role: str = "student"  # or one of ROLES (the self-test's own files)
+    status: str = ""  # set when the submission is not graded at all: "missing", "wrong lab", "ambiguous"
+
+
+def _public_names(path: Path, definitions_only: bool = False) -> set | None:
+    """Top-level functions, classes, assigned and imported names of a Python file that do not
+    start with an underscore (only functions and classes with ``definitions_only``); None if the
+    file does not parse (it is graded anyway, and gets a load error)."""
+    try:
+        tree = ast.parse(Path(path).read_text(errors="replace"))
+    except (SyntaxError, ValueError, OSError):
+        return None
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif definitions_only:
+            continue
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return {n for n in names if not n.startswith("_")}
+
+
+def sibling_labs(lab: Lab, others=()) -> list:
+    """Every lab a submission could be meant for: ``lab``, the labs graded with it and the lab
+    folders next to it."""
+    dirs = {lab.dir} | {o.dir for o in others}
+    dirs |= {p.resolve() for p in lab.dir.parent.glob("lab[0-9]*") if p.is_dir() and any(p.glob("grading_*.py"))}
+    return [lab] + [Lab.open(d) for d in sorted(dirs) if d != lab.dir]
+
+
+def which_lab(path: Path, lab: Lab, candidates: list) -> tuple[str, str]:
+    """Decide whether the file at ``path`` is a submission for ``lab``: ("", "") if so, else a
+    status ("wrong lab" or "ambiguous") and a message.
+
+    A file belongs to the lab whose ``student.py`` names it defines the largest share of. A file
+    that does not parse is graded (it gets a load error, which says more than "wrong lab").
+    """
+    defined = _public_names(path)
+    if defined is None:
+        return "", ""
+    shares = {}
+    for c in candidates:
+        want = c.api_names()
+        if want:
+            shares[c.name] = len(defined & want) / len(want)
+    mine = shares.get(lab.name, 0.0)
+    best = max(shares.values(), default=0.0)
+    if best == 0.0:
+        names = ", ".join(sorted(lab.api_names()))
+        return "wrong lab", f"{path.name} defines none of {lab.name}'s functions ({names})"
+    top = sorted(n for n, s in shares.items() if s == best)
+    if mine < best:
+        return "wrong lab", f"{path.name} is a submission for {' or '.join(top)}, not {lab.name}"
+    if len(top) > 1:
+        return "ambiguous", f"{path.name} defines the functions of {' and '.join(top)} alike: hand in one file per lab"
+    return "", ""
+
+
+def find_submissions(folder, lab: Lab) -> list:
+    """One submission per entry of ``folder``: ``NAME.py``, or a folder ``NAME/`` holding
+    ``NAME/labNN_topic/student.py``, ``NAME/labNN*/student.py``, ``NAME/labNN_topic.py``,
+    ``NAME/student.py`` or a single ``.py`` file (tried in that order)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise SystemExit(f"--submissions {folder}: not a folder")
+    subs = []
+    for entry in sorted(folder.iterdir()):
+        if entry.name.startswith((".", "_")):
+            continue
+        if entry.is_file() and entry.suffix == ".py":
+            subs.append(Submission(entry.stem, entry.resolve()))
+        elif entry.is_dir():
+            candidates = [entry / lab.name / "student.py"]
+            candidates += sorted(p / "student.py" for p in entry.iterdir() if p.is_dir() and p.name.startswith(lab.number))
+            candidates += [entry / f"{lab.name}.py", entry / "student.py"]
+            found = next((c for c in candidates if c.is_file()), None)
+            if found is None:
+                pys = sorted(entry.glob("*.py"))
+                found = pys[0] if len(pys) == 1 else None
+            subs.append(Submission(entry.name, found.resolve() if found else None,
+                                   "" if found else f"no student.py for {lab.name} in {entry}"))
+    return subs
+
+
+def expectations(path: Path) -> tuple[list, float | None]:
+    """A planted bug's or mutant's docstring lines ``caught by: test_a, test_b`` (tests that must
+    fail) and ``at most: 60 %`` (the highest score it may keep; None if not given)."""
+    text = path.read_text()
+    m = re.search(r"^\s*caught by:\s*(.+)$", text, flags=re.MULTILINE)
+    tests = [t.strip() for t in m.group(1).split(",") if t.strip()] if m else []
+    m = re.search(r"^\s*at most:\s*([0-9.]+)\s*%", text, flags=re.MULTILINE)
+    return tests, (float(m.group(1)) if m else None)

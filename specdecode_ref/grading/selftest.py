@@ -1,0 +1,95 @@
+"""The self-test: the grader proves, for each lab, that it can pass and fail.
+
+It grades the reference and the worked solution (must score 100 %), the untouched stubs (0, each
+test stopped at NotImplementedError), every planted bug and mutant (each loses points on the
+tests its docstring names, and no more than its ``at most:`` share), and a few submissions that
+try to change their own grade (each must come out "tampered" with 0 points). The trusted files
+share one grading process; each tamper attempt gets its own, as a student's file would.
+"""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from .labs import Lab, Submission, expectations
+from .runner import grade
+
+TAMPER_DIR = Path(__file__).resolve().parent / "tamper_attempts"
+
+
+def tamper_attempts() -> list:
+    """The files in ``tamper_attempts/``: each a piece of code that tries to change a grade."""
+    return sorted(TAMPER_DIR.glob("*.py"))
+
+
+def _write_tamper_submissions(lab: Lab, folder: Path) -> list:
+    """Each tamper attempt appended to the lab's untouched stubs (an honest score of 0)."""
+    stubs = (lab.dir / "student.py").read_text()
+    subs = []
+    for attempt in tamper_attempts():
+        path = folder / f"{attempt.stem}.py"
+        path.write_text(f"{stubs}\n\n# ---- {attempt.name}: a try at changing the grade ----\n{attempt.read_text()}")
+        subs.append(Submission(f"tamper:{attempt.stem}", path, role="tamper attempt"))
+    return subs
+
+
+def self_test_submissions(lab: Lab) -> list:
+    subs = [Submission("reference", lab.dir / "reference.py", role="reference")]
+    if (lab.dir / "solution.py").is_file():
+        subs.append(Submission("solution", lab.dir / "solution.py", role="solution"))
+    subs.append(Submission("stubs", lab.dir / "student.py", role="stubs"))
+    subs += [Submission(f"bug:{p.stem}", p, role="planted bug") for p in lab.planted_bugs]
+    subs += [Submission(f"mutant:{p.stem}", p, role="mutant") for p in lab.mutants]
+    return subs
+
+
+def check_self_test(lab: Lab, report: dict) -> list:
+    """Problems with a self-test report (empty when the grader proved it can pass and fail)."""
+    problems = []
+    by_name = {r["student"]: r for r in report["submissions"]}
+    for name in ("reference", "solution"):
+        r = by_name.get(name)
+        if r is not None and (r["status"] != "ok" or r["score"] != r["max_score"] or not r["total"]):
+            bad = [f"{t['name']} ({t['outcome']}: {t['message']})" for t in r["tests"] if t["outcome"] != "passed"]
+            problems.append(f"{name} scored {r['percent']}% (status {r['status']}): {'; '.join(bad) or r['message']}")
+    stubs = by_name["stubs"]
+    if stubs["status"] != "ok" or stubs["score"] != 0 or not stubs["total"]:
+        problems.append(f"untouched stubs: status {stubs['status']}, score {stubs['score']} (want ok and 0)")
+    not_stub = [t["name"] for t in stubs["tests"] if t["outcome"] != "not implemented"]
+    if not_stub:
+        problems.append(f"stubs: tests that did not stop at NotImplementedError: {not_stub}")
+    if len(lab.planted_bugs) < 2:
+        problems.append(f"{lab.name} has {len(lab.planted_bugs)} planted bugs (want at least 2)")
+    for kind, paths in (("bug", lab.planted_bugs), ("mutant", lab.mutants)):
+        for p in paths:
+            label = f"{'planted bug' if kind == 'bug' else 'mutant'} {p.stem}"
+            r = by_name[f"{kind}:{p.stem}"]
+            if r["status"] != "ok":
+                problems.append(f"{label}: status {r['status']} ({r['message']})")
+            if r["score"] >= r["max_score"]:
+                problems.append(f"{label} lost no points")
+            failed = {t["name"] for t in r["tests"] if t["outcome"] != "passed"}
+            want, at_most = expectations(p)
+            if not want:
+                problems.append(f"{label}: no 'caught by:' line")
+            missed = [t for t in want if not any(f == t or f.startswith(t + "[") or f.endswith("::" + t)
+                                                 or f.split("::")[-1].startswith(t + "[") for f in failed)]
+            if missed:
+                problems.append(f"{label}: expected to fail {missed}, but they passed")
+            if at_most is not None and r["percent"] > at_most:
+                problems.append(f"{label} kept {r['percent']}% of the points (at most {at_most:g}% allowed)")
+    for r in report["submissions"]:
+        if r.get("role") == "tamper attempt" and (r["status"] != "tampered" or r["score"] != 0):
+            problems.append(f"{r['student']} was not caught: status {r['status']}, score {r['score']}")
+    return problems
+
+
+def self_test(lab_dir, out=None, isolate: bool = False, quiet: bool = True, tamper: bool = True, **kw) -> tuple:
+    """Grade the reference, the worked solution, the untouched stubs, every planted bug and
+    mutant, and (with ``tamper``) the tamper attempts. Returns ``(problems, report)``; no problems
+    means every expectation of :func:`check_self_test` holds."""
+    lab = Lab.open(lab_dir)
+    with tempfile.TemporaryDirectory(prefix="specdecode-tamper-") as tmp:
+        subs = self_test_submissions(lab) + (_write_tamper_submissions(lab, Path(tmp)) if tamper else [])
+        report = grade(lab.dir, subs, out=out, isolate=isolate, quiet=quiet, **kw)
+    return check_self_test(lab, report), report
