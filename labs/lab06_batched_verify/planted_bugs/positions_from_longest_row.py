@@ -6,18 +6,14 @@ caught by: test_layout_example, test_batched_forward_equals_rows_alone, test_lay
 """
 from __future__ import annotations
 
-import importlib.util as _ilu
-from pathlib import Path as _Path
-
 import torch
 
-# Everything not redefined below is the worked solution.
-_spec = _ilu.spec_from_file_location("_planted_base", _Path(__file__).resolve().parents[1] / "solution.py")
-_base = _ilu.module_from_spec(_spec)
-_spec.loader.exec_module(_base)
-globals().update({_n: _v for _n, _v in vars(_base).items() if not _n.startswith("__")})
+from specdecode_ref.grading import one_mistake
+
+patch = one_mistake(globals())  # the worked solution, one function replaced below
 
 
+@patch
 def step_layout(rows_ids, lengths, pad_id=0):
     rows = [[int(t) for t in r] for r in rows_ids]
     n = max(len(r) for r in rows)

@@ -5,18 +5,14 @@ caught by: test_verify_rows_examples, test_verify_rows_random_bruteforce, test_y
 """
 from __future__ import annotations
 
-import importlib.util as _ilu
-from pathlib import Path as _Path
-
 import torch
 
-# Everything not redefined below is the worked solution.
-_spec = _ilu.spec_from_file_location("_planted_base", _Path(__file__).resolve().parents[1] / "solution.py")
-_base = _ilu.module_from_spec(_spec)
-_spec.loader.exec_module(_base)
-globals().update({_n: _v for _n, _v in vars(_base).items() if not _n.startswith("__")})
+from specdecode_ref.grading import one_mistake
+
+patch = one_mistake(globals())  # the worked solution, one function replaced below
 
 
+@patch
 def verify_rows(logits, drafts):
     emitted, accepted = [], []
     for b, draft in enumerate(drafts):
