@@ -56,7 +56,10 @@ def test_verdicts():
     assert timing.is_busy(timing.MachineLoad(None, 1.8, 2, False, "loadavg"))
     assert not timing.is_busy(timing.MachineLoad(None, 0.5, 2, False, "loadavg"))
     assert not timing.is_busy(timing.MachineLoad(None, None, 2, False, "unavailable"))
+    busy.busy = True
     assert "90 %" in busy.describe() and "load average" in busy.describe()
+    # A quiet verdict names only the CPU sample: the lagging load average would read as a warning.
+    assert "load average" not in quiet.describe() and "3 %" in quiet.describe()
 
 
 def test_check_quiet_prints_a_marked_notice_and_never_raises(monkeypatch, capsys):
