@@ -127,7 +127,7 @@ def method_table(results: dict, reference: str = PLAIN, t1_s: float | None = Non
     """One row per method of ``results`` (``{name: [GenerationResult or SpecStats]}`` over the same
     prompts, e.g. from ``run_interleaved`` or ``results_from_benchmark``), as a pandas DataFrame.
 
-    Columns: prompts, tokens, τ, acceptance rate, drafted per step, draft ms per step, tokens/s
+    Columns: prompts, tokens, τ, acceptance rate, drafted and accepted per step, draft ms per step, tokens/s
     (end to end, summed over prompts), speedup (tokens/s over the reference's), decode speedup
     (decode phase only, see ``decode_rate``); with ``t1_s`` (one target forward, seconds) also
     c per step = drafting time per step / T(1).
@@ -144,7 +144,8 @@ def method_table(results: dict, reference: str = PLAIN, t1_s: float | None = Non
         row = {
             "prompts": len(results[name]), "tokens": s.new_tokens, "τ": s.tau,
             "acceptance rate": s.acceptance_rate if s.drafted else float("nan"),
-            "drafted per step": s.drafted / steps, "draft ms per step": 1e3 * s.draft_time_s / steps,
+            "drafted per step": s.drafted / steps, "accepted per step": s.accepted / steps,
+            "draft ms per step": 1e3 * s.draft_time_s / steps,
             "tokens/s": s.tokens_per_s, "speedup": s.tokens_per_s / ref.tokens_per_s,
             "decode speedup": decode_speedup(s, ref),
         }
