@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 import torch
 
-from specdecode_ref import generate, trees
+from specdecode_ref import generate
 from specdecode_ref.measure import compare
 from specdecode_ref.measure.compare import (decode_rate, decode_speedup, first_mismatch, method_stats,
                                             method_table, probe_step, results_from_benchmark, run_interleaved)
@@ -103,7 +103,7 @@ def test_probe_step_is_the_engines_first_tree_step(tiny_model):
     assert probe.logits.shape == (5, 64) and probe.probs.shape == (5, 64)
     # The captured logits equal a fresh causal forward along each root-to-node path.
     ctx = probe.context
-    for node, parent in enumerate(probe.draft.parents.tolist()):
+    for node in range(len(probe.draft.tokens)):
         path = [node]
         while path[-1] >= 0 and probe.draft.parents[path[-1]] >= 0:
             path.append(int(probe.draft.parents[path[-1]]))
