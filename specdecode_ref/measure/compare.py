@@ -8,7 +8,7 @@ The notebooks used to carry their own copies of these helpers; they live here on
                       hits all methods alike (``bench.run_benchmark`` does the same for named methods)
     method_stats      one method's SpecStats from a ``bench.run_benchmark`` table, merged over prompts
     method_table      one row per method: τ, acceptance, drafting cost, speedup over the reference
-    decode_rate       tokens per second after the prefill (the phase the speedup formula predicts)
+    decode_speedup    the decode-phase speedup of one method over another (``timing.decode_rate`` ratio)
     first_mismatch    index of the first token where two outputs differ
     probe_step        the draft of the first speculative step and the target's probabilities over it,
                       from one run of the engine itself (for experiments on a single tree)
@@ -24,6 +24,7 @@ import torch
 
 from ..metrics import SpecStats, merge_stats
 from ..sampling import GREEDY, SamplingParams, logits_to_probs
+from .timing import decode_rate
 
 PLAIN = "plain"
 
@@ -40,21 +41,9 @@ def first_mismatch(a, b) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def decode_time_s(stats: SpecStats) -> float:
-    """Seconds after the prefill: the wall time minus the prompt's forward."""
-    return stats.wall_time_s - stats.prefill_time_s
-
-
-def decode_rate(stats: SpecStats) -> float:
-    """Tokens per second of the decode phase: tokens emitted by verification steps (the prefill's
-    first token excluded) over the time after the prefill. Both methods of a comparison prefill
-    the same prompt identically, so this is what τ / (k·c + V(k)) predicts."""
-    t = decode_time_s(stats)
-    return stats.emitted / t if t > 0 else float("nan")
-
-
 def decode_speedup(stats: SpecStats, reference: SpecStats) -> float:
-    """Decode-phase speedup of ``stats`` over ``reference`` (usually plain decoding, same prompts)."""
+    """Decode-phase speedup of ``stats`` over ``reference`` (usually plain decoding, same prompts):
+    the ratio of ``timing.decode_rate``, the phase τ / (k·c + V(k)) predicts."""
     return decode_rate(stats) / decode_rate(reference)
 
 

@@ -7,8 +7,9 @@ import torch
 
 from specdecode_ref import generate
 from specdecode_ref.measure import compare
-from specdecode_ref.measure.compare import (decode_rate, decode_speedup, first_mismatch, method_stats,
+from specdecode_ref.measure.compare import (decode_speedup, first_mismatch, method_stats,
                                             method_table, probe_step, results_from_benchmark, run_interleaved)
+from specdecode_ref.measure.timing import decode_rate
 from specdecode_ref.metrics import SpecStats
 from specdecode_ref.proposers import NgramProposer, Proposer
 from specdecode_ref.proposers.base import Draft
