@@ -378,7 +378,7 @@ def break_even_alpha(k: int, c: float, verify_cost: float | Callable[[int], floa
         raise ValueError(f"k must be >= 1, got {k!r}")
     if c < 0:
         raise ValueError(f"c (draft cost relative to a target step) must be >= 0, got {c!r}")
-    cost = k * float(c) + _verify_value(verify_cost, k)
+    cost = k * float(c) + float(_verify_costs(verify_cost, k))
     if cost <= 1.0:
         return 0.0
     if cost > k + 1.0:

@@ -16,6 +16,7 @@ vLLM's "mean acceptance length" is 1 + accepted / drafting steps (steps with a n
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 
@@ -117,3 +118,13 @@ class SpecStats:
         return (f"SpecStats(tokens={self.new_tokens}, steps={self.steps}, drafted={self.drafted}, "
                 f"accepted={self.accepted}, acceptance_rate={self.acceptance_rate:.3f}, "
                 f"tau={self.mean_accepted_length:.3f}, tokens_per_s={self.tokens_per_s:.1f})")
+
+
+def merge_stats(stats: Iterable[SpecStats]) -> SpecStats:
+    """The counters of several runs summed into one SpecStats (pooled over prompts, categories or
+    repeats); an empty iterable gives an empty SpecStats. Rates of the result are pooled rates
+    (total accepted / total drafted), not means of per-run rates."""
+    out = SpecStats()
+    for s in stats:
+        out = out.merge(s)
+    return out

@@ -28,3 +28,23 @@ def test_merge_adds_everything():
     assert m.drafted_per_position == [2, 2, 2, 1, 1]
     assert m.reached_per_position == [2, 2, 2, 1, 1]
     assert m.accepted_lengths == [2, 5] and m.draft_lengths == [3, 5]
+
+
+def test_merge_stats_pools_any_number_of_runs():
+    from specdecode_ref.metrics import merge_stats
+
+    runs = []
+    for steps in ([(3, 2, 3)], [(5, 5, 6), (2, 0, 1)], []):
+        s = SpecStats()
+        for step in steps:
+            s.record_step(*step)
+        s.wall_time_s, s.prefill_time_s, s.new_tokens = 1.0, 0.25, sum(e for _, _, e in steps) + 1
+        runs.append(s)
+    m = merge_stats(runs)
+    assert (m.steps, m.drafted, m.accepted, m.emitted) == (3, 10, 7, 10)
+    assert m.acceptance_rate == pytest.approx(7 / 10)  # pooled, not the mean of per-run rates
+    assert m.wall_time_s == pytest.approx(3.0) and m.prefill_time_s == pytest.approx(0.75)
+    assert m.accepted_lengths == [2, 5, 0] and m.draft_lengths == [3, 5, 2]
+    assert m.per_position_conditional == pytest.approx(runs[0].merge(runs[1]).per_position_conditional)
+    empty = merge_stats([])
+    assert empty.steps == 0 and empty.tau == 0.0

@@ -5,6 +5,7 @@ checks its formulas against a real model.
     timing          median-of-runs timing, decode rates, the quiet-machine check before measuring
     bench           every method on the same prompts vs Hugging Face (``python -m specdecode_ref.measure.bench``)
     workloads       the benchmark's prompts by category, and the disjoint training prompts
+    compare         interleaved runs of several proposers, per-method tables, decode rates, one step probed
     stats           chi-square and uniformity tests for "the output follows the target distribution"
     viz             a generation drawn as coloured tokens (accepted, recovered, bonus)
     replay          the engine's step rule replayed offline: tau and modelled speedup for any k (notebooks 03, 05)

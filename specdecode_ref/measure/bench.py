@@ -50,6 +50,7 @@ from ..metrics import SpecStats
 from ..models import chat_ids
 from ..proposers import available_proposers, load_proposer
 from . import timing
+from .compare import first_mismatch  # re-exported: bench.first_mismatch
 from .workloads import load_workloads
 
 DEFAULT_K = 5  # prompt lookup's K when none is given; the default run pairs it with ngram@5
@@ -231,18 +232,6 @@ def _effective_k(spec: str, runner) -> int | None:
     if name == "hf-prompt-lookup" and runner.k is None:
         return DEFAULT_K
     return runner.k
-
-
-def first_mismatch(a, b):
-    """Index of the first position where two token sequences differ; None when they are equal.
-
-    When one is a prefix of the other: the shorter length (where the longer one goes on).
-    """
-    a, b = list(a), list(b)
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 def run_benchmark(model, tokenizer, methods=DEFAULT_METHODS, workloads: dict | None = None,
