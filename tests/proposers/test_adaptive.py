@@ -224,7 +224,10 @@ def test_bad_arguments():
 WRAPPERS = {"fixed": FixedK, "heuristic": HeuristicK,
             "goodput": lambda p: GoodputK(p, verify_cost=RISING, k_max=6)}
 # Public names on Proposer that a wrapper keeps as its own, and why.
-NOT_FORWARDED = {"name": "a wrapper names itself after the proposer it wraps, e.g. HeuristicK(ngram)"}
+NOT_FORWARDED = {
+    "name": "a wrapper names itself after the proposer it wraps, e.g. HeuristicK(ngram)",
+    "batch_proposer": "the default copies the wrapper once per row, so every row keeps its own adaptive K",
+}
 RETURNED = object()
 
 
