@@ -261,6 +261,19 @@ def estimate_alpha(accepted_lengths: Sequence[int], draft_lengths: Sequence[int]
     return successes / (successes + failures)
 
 
+def _alpha_for_tokens_per_step(tokens: float, k: int) -> float:
+    """The alpha at which expected_tokens_per_step(alpha, k) equals ``tokens`` (bisection: the
+    closed form has no inverse, and it rises monotonically in alpha)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if expected_tokens_per_step(mid, k) < tokens:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
 def alpha_from_tau(tau: float, k: int) -> float:
     """The i.i.d. alpha whose expected tokens per step (k drafts, bonus counted) equal tau.
 
@@ -269,14 +282,7 @@ def alpha_from_tau(tau: float, k: int) -> float:
     k = int(_check_k(k))
     if not 1.0 <= tau <= k + 1.0:
         raise ValueError(f"tau must lie in [1, k+1] = [1, {k + 1}], got {tau!r}")
-    lo, hi = 0.0, 1.0
-    for _ in range(100):
-        mid = 0.5 * (lo + hi)
-        if expected_tokens_per_step(mid, k) < tau:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
+    return _alpha_for_tokens_per_step(tau, k)
 
 
 def expected_speedup_from_position_rates(rates: Sequence[float], k: int, c: float,
@@ -383,14 +389,7 @@ def break_even_alpha(k: int, c: float, verify_cost: float | Callable[[int], floa
         return 0.0
     if cost > k + 1.0:
         return float("nan")
-    lo, hi = 0.0, 1.0
-    for _ in range(100):
-        mid = 0.5 * (lo + hi)
-        if expected_tokens_per_step(mid, k) < cost:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
+    return _alpha_for_tokens_per_step(cost, k)
 
 
 def rule_of_thumb_k(alpha):

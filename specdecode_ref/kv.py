@@ -42,20 +42,25 @@ def _layers_kv(cache):
     raise NotImplementedError("this transformers version's cache layout is not supported by kv.py")
 
 
+def _index_select(cache, index: torch.Tensor, dim: int) -> None:
+    """Keep ``index`` along ``dim`` of every layer's keys and values (dim -2: positions, 0: rows)."""
+    index = index.to(torch.long)
+    for layer, k_name, v_name in _layers_kv(cache):
+        keys = getattr(layer, k_name, None)
+        if keys is None or keys.numel() == 0:
+            continue
+        idx = index.to(keys.device)
+        setattr(layer, k_name, keys.index_select(dim, idx))
+        setattr(layer, v_name, getattr(layer, v_name).index_select(dim, idx))
+
+
 def keep_positions(cache, positions: torch.Tensor) -> None:
     """Keep only the given sequence positions (sorted, 1-D), in that order, in every layer.
 
     Used after tree verification: the cache holds the whole candidate tree and must be compacted
     to the committed prefix plus the accepted path.
     """
-    positions = positions.to(torch.long)
-    for layer, k_name, v_name in _layers_kv(cache):
-        keys = getattr(layer, k_name, None)
-        if keys is None or keys.numel() == 0:
-            continue
-        idx = positions.to(keys.device)
-        setattr(layer, k_name, keys.index_select(-2, idx))
-        setattr(layer, v_name, getattr(layer, v_name).index_select(-2, idx))
+    _index_select(cache, positions, dim=-2)
 
 
 def layer_len(cache, layer_idx: int) -> int:
@@ -82,14 +87,7 @@ def crop_layers_to(cache, length: int, layer_indices) -> None:
 def select_rows(cache, rows: torch.Tensor) -> None:
     """Keep only the batch rows ``rows`` (1-D LongTensor of row indices, in the new order) in
     every layer: the requests that finished leave the batch."""
-    rows = rows.to(torch.long)
-    for layer, k_name, v_name in _layers_kv(cache):
-        keys = getattr(layer, k_name, None)
-        if keys is None or keys.numel() == 0:
-            continue
-        idx = rows.to(keys.device)
-        setattr(layer, k_name, keys.index_select(0, idx))
-        setattr(layer, v_name, getattr(layer, v_name).index_select(0, idx))
+    _index_select(cache, rows, dim=0)
 
 
 def gather_slots(cache, index: torch.Tensor) -> None:
