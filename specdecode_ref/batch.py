@@ -43,6 +43,7 @@ import torch
 from . import kv
 from .engine import (ACCEPTED, BONUS, RECOVERED, TARGET, GenerationResult, _sync, _validate, context_window,
                      eos_token_ids)
+from .masks import ragged_attention_mask
 from .metrics import SpecStats
 from .proposers.base import DecodeState, Draft, Proposer, StepOutcome
 from .sampling import GREEDY, SamplingParams, logits_to_probs, next_token
@@ -50,31 +51,6 @@ from .verify import greedy_verify, rejection_sample
 
 # Compact the cache when more than this share of its slots are holes.
 COMPACT_FRACTION = 0.5
-
-
-def ragged_attention_mask(slot_pos: torch.Tensor, query_pos: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The additive 4-D mask [B, 1, N, S] for N new queries per row over S cache slots.
-
-    slot_pos: LongTensor [B, S], the position of the key in each slot (the N new slots last),
-        -1 for an empty slot. query_pos: LongTensor [B, N], each query's position, -1 for padding.
-    A query at position p of row b sees the slots of row b with 0 <= slot_pos <= p: its own
-    committed keys and the draft tokens before it, never padding, a rejected draft or (since each
-    row has its own cache row) another request. A padding query sees only its own slot, so no
-    softmax row is empty. 0 = visible, ``finfo(dtype).min`` = hidden (finite: no NaN).
-    """
-    b, s = slot_pos.shape
-    n = query_pos.shape[1]
-    keys = slot_pos[:, None, :]
-    visible = (keys >= 0) & (keys <= query_pos[:, :, None])  # [B, N, S]
-    pad_query = query_pos < 0
-    if bool(pad_query.any()):
-        own = torch.zeros(b, n, s, dtype=torch.bool, device=slot_pos.device)
-        j = torch.arange(n, device=slot_pos.device)
-        own[:, j, s - n + j] = True
-        visible |= own & pad_query[:, :, None]
-    mask = torch.zeros(b, n, s, dtype=dtype, device=slot_pos.device)
-    mask.masked_fill_(~visible, torch.finfo(dtype).min)
-    return mask[:, None]
 
 
 def left_pad_layout(rows_ids: list, lengths: list, pad_token_id: int = 0, device=None):

@@ -6,7 +6,9 @@ The engine feeds tokens in four shapes, and each needs its own mask:
 * a candidate tree after the prefix: the **tree** mask (a node sees the prefix, the root and its
   own ancestors, never its siblings; see trees.py);
 * EAGLE's training-time test, where later unrolled steps read the head's own outputs: the
-  **unrolled** mask.
+  **unrolled** mask;
+* a batch of rows of different lengths in one padded cache (batch.py): the **ragged** mask, one
+  row per request, built from the position each slot holds.
 
 All masks are 4D, ``[1, 1, q, keys]``, keys being the cached positions followed by the new ones.
 transformers 5 passes a 4D ``attention_mask`` through untouched as a custom mask
@@ -73,3 +75,28 @@ def unrolled_mask(q: int, step: int, device=None) -> torch.Tensor:
 
 
 __all__ = ["causal_mask", "additive_mask", "causal_additive_mask", "tree_attention_mask", "unrolled_mask"]
+
+
+def ragged_attention_mask(slot_pos: torch.Tensor, query_pos: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The additive 4-D mask [B, 1, N, S] for N new queries per row over S cache slots.
+
+    slot_pos: LongTensor [B, S], the position of the key in each slot (the N new slots last),
+        -1 for an empty slot. query_pos: LongTensor [B, N], each query's position, -1 for padding.
+    A query at position p of row b sees the slots of row b with 0 <= slot_pos <= p: its own
+    committed keys and the draft tokens before it, never padding, a rejected draft or (since each
+    row has its own cache row) another request. A padding query sees only its own slot, so no
+    softmax row is empty. 0 = visible, ``finfo(dtype).min`` = hidden (finite: no NaN).
+    """
+    b, s = slot_pos.shape
+    n = query_pos.shape[1]
+    keys = slot_pos[:, None, :]
+    visible = (keys >= 0) & (keys <= query_pos[:, :, None])  # [B, N, S]
+    pad_query = query_pos < 0
+    if bool(pad_query.any()):
+        own = torch.zeros(b, n, s, dtype=torch.bool, device=slot_pos.device)
+        j = torch.arange(n, device=slot_pos.device)
+        own[:, j, s - n + j] = True
+        visible |= own & pad_query[:, :, None]
+    mask = torch.zeros(b, n, s, dtype=dtype, device=slot_pos.device)
+    mask.masked_fill_(~visible, torch.finfo(dtype).min)
+    return mask[:, None]

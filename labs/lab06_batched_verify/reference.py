@@ -8,7 +8,7 @@ import torch
 from specdecode_ref.batch import compaction_index as _compaction_index
 from specdecode_ref.batch import greedy_verify_rows as _greedy_verify_rows
 from specdecode_ref.batch import left_pad_layout as _left_pad_layout
-from specdecode_ref.batch import ragged_attention_mask as _ragged_attention_mask
+from specdecode_ref.masks import ragged_attention_mask as _ragged_attention_mask
 from specdecode_ref.batch import rollback_slot_positions as _rollback_slot_positions
 
 
