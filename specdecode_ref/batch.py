@@ -36,17 +36,15 @@ of ``num_computed_tokens`` for rejected drafts).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import torch
 
 from . import kv
-from .engine import (ACCEPTED, BONUS, RECOVERED, TARGET, GenerationResult, _sync, _validate, context_window,
-                     eos_token_ids)
+from .engine import (ACCEPTED, BONUS, RECOVERED, TARGET, GenerationResult, _check_draft,
+                     _check_sampling_and_proposer, _Request, _sync, _validate, context_window, eos_token_ids)
 from .masks import ragged_attention_mask
-from .metrics import SpecStats
 from .proposers.base import DecodeState, Draft, Proposer, StepOutcome
-from .sampling import GREEDY, SamplingParams, logits_to_probs, next_token
+from .sampling import SamplingParams, logits_to_probs, next_token
 from .verify import greedy_verify, rejection_sample
 
 # Compact the cache when more than this share of its slots are holes.
@@ -218,20 +216,6 @@ def _validate_prompts(model, prompts, max_new_tokens) -> list:
     return out, budgets
 
 
-@dataclass
-class _Row:
-    """One request's bookkeeping inside the batch."""
-
-    index: int
-    state: DecodeState
-    budget: int
-    stats: SpecStats
-    tokens: list
-    kinds: list
-    finish: str = "length"
-    done: bool = False
-
-
 def greedy_verify_rows(logits: torch.Tensor, drafts: list):
     """Greedy verification of every row in one call. logits: [B, N, V] with row b's
     ``len(drafts[b]) + 1`` positions right-aligned (left padding); drafts: one list of ids per row.
@@ -309,17 +293,10 @@ def generate_batch(model, prompts, proposer: Proposer | None = None, max_new_tok
     the batched forwards it took part in; ``wall_time_s`` runs from the start of the batch to the
     row's last token (a row waits for the whole batch at every step).
     """
-    sampling = GREEDY if sampling is None else sampling
-    if not isinstance(sampling, SamplingParams):
-        raise TypeError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
-    if proposer is not None and not isinstance(proposer, Proposer):
-        raise TypeError(f"proposer must be a specdecode_ref.proposers.Proposer, got {type(proposer).__name__}")
+    sampling = _check_sampling_and_proposer(model, sampling, proposer)
     prompts, budgets = _validate_prompts(model, prompts, max_new_tokens)
     seeds = _as_seeds(seed, len(prompts))
-    batch_proposer = None
-    if proposer is not None:
-        proposer.check_compatible(model)
-        batch_proposer = proposer.batch_proposer()
+    batch_proposer = None if proposer is None else proposer.batch_proposer()
     eos = set(eos_token_ids(model, eos_token_id)) if stop_on_eos else set()
     window = context_window(model)
     device = next(model.parameters()).device
@@ -332,7 +309,9 @@ def generate_batch(model, prompts, proposer: Proposer | None = None, max_new_tok
             generator.manual_seed(s)
         state = DecodeState(target=model, sampling=sampling, generator=generator, prompt_len=prompt.numel(),
                             token_list=prompt.tolist())
-        rows.append(_Row(i, state, budget, SpecStats(), [], []))
+        # Each row's bookkeeping is the single-request engine's (EOS, budget, kinds, SpecStats);
+        # the batch proposer, not the row, is told the outcome of each step.
+        rows.append(_Request(state, None, budget, eos, window))
 
     pad = getattr(model.config, "pad_token_id", None)
     target = RaggedCache(model, len(rows), pad_token_id=0 if pad is None else int(pad))
@@ -348,7 +327,7 @@ def generate_batch(model, prompts, proposer: Proposer | None = None, max_new_tok
         row.stats.prefill_time_s = prefill_s
         row.stats.target_forwards = 1
         row.stats.target_time_s = prefill_s
-        _emit(row, [first], [TARGET], eos)
+        row.append([first], [TARGET])
         row.state.target_cache = None  # the batch's cache is not a single request's cache
     if batch_proposer is not None:
         t0 = time.perf_counter()
@@ -369,20 +348,11 @@ def generate_batch(model, prompts, proposer: Proposer | None = None, max_new_tok
                 raise RuntimeError(f"{batch_proposer!r} returned {len(drafts)} drafts for {len(live)} rows")
             for row, d in zip(live, drafts):
                 row.stats.draft_time_s += dt
-                if len(d) > proposer.k:
-                    raise ValueError(f"{proposer!r} drafted {len(d)} tokens, more than its k={proposer.k}")
-                if d.probs is not None and d.probs.shape[0] != len(d):
-                    raise ValueError(f"draft probs cover {d.probs.shape[0]} positions for {len(d)} tokens")
+                _check_draft(proposer, d)
         else:
             drafts = [Draft.empty(device) for _ in live]
         # Never draft past a row's token budget or the context window: those could not be emitted.
-        clipped = []
-        for row, d in zip(live, drafts):
-            limit = row.budget - len(row.tokens) - 1
-            if window is not None:
-                limit = min(limit, window - len(row.state.token_list))
-            clipped.append(_clip(d, limit))
-        drafts = clipped
+        drafts = [_clip(d, row.draft_limit()) for row, d in zip(live, drafts)]
         committed_before = [len(r.state.token_list) for r in live]
         t0 = target.time_s
         out = target.forward([[r.state.token_list[-1]] + d.tokens.tolist() for r, d in zip(live, drafts)])
@@ -394,8 +364,7 @@ def generate_batch(model, prompts, proposer: Proposer | None = None, max_new_tok
         for row, d, em, a in zip(live, drafts, emitted, accepted):
             n = len(d)
             kinds = [ACCEPTED] * a + [TARGET if n == 0 else (BONUS if a == n else RECOVERED)]
-            em = em[: row.budget - len(row.tokens)]
-            em, kinds = _emit(row, em, kinds, eos)
+            em = row.append(em, kinds)
             row.stats.record_step(n, a, len(em))
             row.stats.target_forwards += 1
             row.stats.target_time_s += step_s
@@ -415,23 +384,6 @@ def generate_batch(model, prompts, proposer: Proposer | None = None, max_new_tok
         row.stats.new_tokens = len(row.tokens)
         results.append(GenerationResult(torch.tensor(row.tokens, dtype=torch.long), row.stats, row.kinds, row.finish))
     return results
-
-
-def _emit(row: _Row, emitted: list, kinds: list, eos: set):
-    """Append a step's tokens to the row; EOS ends it (EOS included), as does its budget."""
-    for i, tok in enumerate(emitted):
-        if tok in eos:
-            emitted = emitted[: i + 1]
-            row.finish = "eos"
-            row.done = True
-            break
-    kinds = kinds[: len(emitted)]
-    row.tokens.extend(emitted)
-    row.kinds.extend(kinds)
-    row.state.token_list.extend(emitted)
-    if len(row.tokens) >= row.budget:
-        row.done = True
-    return emitted, kinds
 
 
 def _retire(rows, active: list, target: RaggedCache, batch_proposer, t_start: float, device) -> list:

@@ -234,10 +234,7 @@ def _propose(proposer: Proposer | None, state: DecodeState, request: "_Request",
     if proposer is None:
         return Draft.empty(device)
     draft = request.timed(proposer.propose, state)
-    if len(draft) > proposer.k:
-        raise ValueError(f"{proposer!r} drafted {len(draft)} tokens, more than its k={proposer.k}")
-    if draft.probs is not None and draft.probs.shape[0] != len(draft):
-        raise ValueError(f"draft probs cover {draft.probs.shape[0]} positions for {len(draft)} tokens")
+    _check_draft(proposer, draft)
     if tree_acceptance == "typical" and not state.sampling.is_greedy and not draft.is_tree and len(draft) > 0:
         draft = Draft(draft.tokens, draft.probs, trees.chain_parents(len(draft)))
     limit = request.draft_limit()
@@ -309,19 +306,32 @@ class _Request:
         return GenerationResult(torch.tensor(self.tokens, dtype=torch.long), self.stats, self.kinds, self.finish)
 
 
-def _check_arguments(model, input_ids, proposer, max_new_tokens, sampling, tree_acceptance):
-    """Clear errors for bad input; returns (sampling, the prompt as a 1-D LongTensor)."""
-    if tree_acceptance not in TREE_ACCEPTANCE:
-        raise ValueError(f"tree_acceptance must be one of {TREE_ACCEPTANCE}, got {tree_acceptance!r}")
+def _check_draft(proposer: Proposer, draft: Draft) -> None:
+    """A proposer's draft keeps its promises: at most k tokens, and q (if any) for each of them."""
+    if len(draft) > proposer.k:
+        raise ValueError(f"{proposer!r} drafted {len(draft)} tokens, more than its k={proposer.k}")
+    if draft.probs is not None and draft.probs.shape[0] != len(draft):
+        raise ValueError(f"draft probs cover {draft.probs.shape[0]} positions for {len(draft)} tokens")
+
+
+def _check_sampling_and_proposer(model, sampling, proposer) -> SamplingParams:
+    """Clear errors for the settings a request shares with a batch; returns the SamplingParams."""
     sampling = GREEDY if sampling is None else sampling
     if not isinstance(sampling, SamplingParams):
         raise TypeError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
     if proposer is not None and not isinstance(proposer, Proposer):
         raise TypeError(f"proposer must be a specdecode_ref.proposers.Proposer, got {type(proposer).__name__}")
-    prompt = _validate(model, input_ids, max_new_tokens)
     if proposer is not None:
         proposer.check_compatible(model)
-    return sampling, prompt
+    return sampling
+
+
+def _check_arguments(model, input_ids, proposer, max_new_tokens, sampling, tree_acceptance):
+    """Clear errors for bad input; returns (sampling, the prompt as a 1-D LongTensor)."""
+    if tree_acceptance not in TREE_ACCEPTANCE:
+        raise ValueError(f"tree_acceptance must be one of {TREE_ACCEPTANCE}, got {tree_acceptance!r}")
+    sampling = _check_sampling_and_proposer(model, sampling, proposer)
+    return sampling, _validate(model, input_ids, max_new_tokens)
 
 
 def _sync(device):
