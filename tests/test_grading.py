@@ -13,6 +13,7 @@ import pytest
 
 from specdecode_ref import grading
 from specdecode_ref.grading import selftest
+from toy_lab import TOY_HIDDEN, TOY_SOLUTION, TOY_STUDENT, make_lab
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,34 +41,6 @@ def test_grader_stays_light(lab):
     """The grading process does not import torch for a lab that does not need it."""
     assert lab.add(0, 0) == 0 and "torch" not in sys.modules
 '''
-TOY_HIDDEN = '''
-from specdecode_ref.grading import lab_fixture, points
-
-lab = lab_fixture(__file__)
-
-
-@points(3)
-def test_count(lab):
-    assert lab.count(3) == 3
-'''
-TOY_STUDENT = '''
-def add(a, b):
-    """Return a + b."""
-    raise NotImplementedError
-
-
-def count(n):
-    """Return n."""
-    raise NotImplementedError
-'''
-TOY_SOLUTION = '''
-def add(a, b):
-    return a + b
-
-
-def count(n):
-    return n
-'''
 OTHER_STUDENT = '''
 def mul(a, b):
     """Return a * b."""
@@ -85,15 +58,6 @@ def test_mul(lab):
 '''
 
 
-def make_lab(root: Path, name: str, tests: str, student: str, solution: str, hidden: str | None = None) -> Path:
-    lab = root / name
-    lab.mkdir(parents=True)
-    files = {f"grading_{name}.py": tests, "student.py": student, "reference.py": solution, "solution.py": solution}
-    if hidden:
-        files[f"grading_{name}_hidden.py"] = hidden
-    for fname, text in files.items():
-        (lab / fname).write_text(textwrap.dedent(text))
-    return lab
 
 
 @pytest.fixture

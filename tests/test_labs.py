@@ -24,6 +24,7 @@ import nbformat
 import pytest
 
 from specdecode_ref import grading
+from toy_lab import TOY_HIDDEN, TOY_SOLUTION, TOY_STUDENT
 
 ROOT = Path(__file__).resolve().parent.parent
 LAB_DIRS = sorted(p for p in (ROOT / "labs").glob("lab[0-9]*") if p.is_dir())
@@ -169,6 +170,7 @@ def test_handout(tmp_path):
     assert all(not c.outputs for c in nb.cells if c.cell_type == "code")
 
 
+
 # --- the grader's mechanics, on a toy lab that needs nothing but the standard library -------------
 
 TOY_TESTS = '''
@@ -187,40 +189,12 @@ def test_add(lab):
 def test_add_negative(lab):
     assert lab.add(-1, -1) == -2
 '''
-TOY_HIDDEN = '''
-from specdecode_ref.grading import lab_fixture, points
-
-lab = lab_fixture(__file__)
-
-
-@points(3)
-def test_count(lab):
-    assert lab.count(3) == 3
-'''
-TOY_STUDENT = '''
-def add(a, b):
-    """Return a + b."""
-    raise NotImplementedError
-
-
-def count(n):
-    """Return n."""
-    raise NotImplementedError
-'''
-TOY_REFERENCE = '''
-def add(a, b):
-    return a + b
-
-
-def count(n):
-    return n
-'''
 SUBMISSIONS = {
-    "alice.py": TOY_REFERENCE,
-    "bob/student.py": TOY_REFERENCE.replace("a + b", "a - b"),
+    "alice.py": TOY_SOLUTION,
+    "bob/student.py": TOY_SOLUTION.replace("a + b", "a - b"),
     "carol/toy/student.py": "def add(a, b)\n    return a + b\n",  # syntax error
     # An endless loop that ignores even the grader's per-test alarm: the submission time limit ends it.
-    "dave.py": TOY_REFERENCE + "\n\ndef count(n):\n    import signal\n\n"
+    "dave.py": TOY_SOLUTION + "\n\ndef count(n):\n    import signal\n\n"
                                "    signal.signal(signal.SIGALRM, signal.SIG_IGN)\n    while True:\n        pass\n",
     "erin.py": "import os\n\n\ndef add(a, b):\n    os._exit(3)\n",  # kills the grading process
     "frank/notes.txt": "no code here",
@@ -231,7 +205,7 @@ def test_grader_mechanics(tmp_path, capsys):
     lab = tmp_path / "toy"
     lab.mkdir()
     for name, text in {"grading_toy.py": TOY_TESTS, "grading_toy_hidden.py": TOY_HIDDEN,
-                       "student.py": TOY_STUDENT, "reference.py": TOY_REFERENCE}.items():
+                       "student.py": TOY_STUDENT, "reference.py": TOY_SOLUTION}.items():
         (lab / name).write_text(textwrap.dedent(text))
     subs = tmp_path / "submissions"
     for name, text in SUBMISSIONS.items():
