@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from specdecode_ref.engine import generate
+from specdecode_ref.proposers import Draft, Proposer
 from specdecode_ref.sampling import logits_to_probs
 from specdecode_ref.measure.stats import chi_square_test
 
@@ -88,3 +89,18 @@ def noisy(module, scale, seed):
         for p in module.parameters():
             p.add_(torch.randn(p.shape, generator=g) * scale * p.std().clamp_min(1e-3))
     return module
+
+
+class RandomDraftProposer(Proposer):
+    """A probabilistic drafter with its own (wrong) distribution q, drawn with the request's
+    generator: it exercises draft_probs, the part of rejection sampling a one-hot q never reaches."""
+
+    def __init__(self, k, vocab, seed=0):
+        super().__init__(k)
+        g = torch.Generator().manual_seed(seed)
+        self.q = torch.softmax(torch.randn(vocab, generator=g) * 2, -1)
+
+    def propose(self, state):
+        q = logits_to_probs(self.q.log()[None].expand(self.k, -1), state.sampling)
+        toks = torch.multinomial(q, 1, generator=state.generator).squeeze(1)
+        return Draft(toks, probs=q)

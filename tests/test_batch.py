@@ -17,10 +17,10 @@ import specdecode_ref.batch as batch
 from specdecode_ref import autoregressive_generate, chat_ids, generate, generate_batch
 from specdecode_ref.batch import RaggedCache
 from specdecode_ref.proposers import Draft, NgramProposer, Proposer, load_proposer
-from specdecode_ref.sampling import SamplingParams, logits_to_probs
+from specdecode_ref.sampling import SamplingParams
 from specdecode_ref.measure.workloads import load_workloads
 
-from support import chi2_pvalue, exact_joint, make_tiny_llama
+from support import RandomDraftProposer, chi2_pvalue, exact_joint, make_tiny_llama
 
 NEW = 16
 
@@ -136,20 +136,6 @@ def test_sampled_rows_equal_generate_with_row_seed(embedded, prompts):
 
 
 # --- sampling: the target distribution, independent rows (a tiny model, many rows) ----------
-
-class RandomDraftProposer(Proposer):
-    """A probabilistic drafter with its own (wrong) distribution q, drawn with the row's generator."""
-
-    def __init__(self, k, vocab, seed=0):
-        super().__init__(k)
-        g = torch.Generator().manual_seed(seed)
-        self.q = torch.softmax(torch.randn(vocab, generator=g) * 2, -1)
-
-    def propose(self, state):
-        q = logits_to_probs(self.q.log()[None].expand(self.k, -1), state.sampling)
-        toks = torch.multinomial(q, 1, generator=state.generator).squeeze(1)
-        return Draft(toks, probs=q)
-
 
 @pytest.fixture(scope="module")
 def small_vocab_model():

@@ -4,10 +4,9 @@ import itertools
 import pytest
 import torch
 
-from support import make_tiny_llama, sampled_joint_pvalue
+from support import RandomDraftProposer, make_tiny_llama, sampled_joint_pvalue
 from specdecode_ref import SamplingParams, autoregressive_generate, generate, kv
 from specdecode_ref.proposers import Draft, NgramProposer, Proposer
-from specdecode_ref.sampling import logits_to_probs
 
 
 class ScriptedProposer(Proposer):
@@ -110,20 +109,6 @@ def test_kv_keep_positions(tiny_model):
 
 
 # --- sampling: the engine's output follows the target's joint distribution --------------------
-
-class RandomDraftProposer(Proposer):
-    """A probabilistic drafter with its own (wrong) distribution q, to exercise draft_probs."""
-
-    def __init__(self, k, vocab, seed=0):
-        super().__init__(k)
-        g = torch.Generator().manual_seed(seed)
-        self.q = torch.softmax(torch.randn(vocab, generator=g) * 2, -1)
-
-    def propose(self, state):
-        q = logits_to_probs(self.q.log()[None].expand(self.k, -1), state.sampling)
-        toks = torch.multinomial(q, 1, generator=state.generator).squeeze(1)
-        return Draft(toks, probs=q)
-
 
 @pytest.fixture(scope="module")
 def small_vocab_model():
