@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import time
 from dataclasses import fields, replace
 from pathlib import Path
 
@@ -71,8 +72,26 @@ def load_target(dtype="fp32"):
 
 
 def _corpus(args):
+    """The corpus split into (train, held-out): by base prompt when the corpus records it (every answer
+    to one training prompt on the same side), else by sequence; ``--train-fraction`` keeps that share
+    of the training prompts (the learning curves of notebooks 05 and 08)."""
     corpus = Corpus.load(args.corpus)
-    train, hold = corpus.split(CORPUS.holdout_fraction, seed=0)
+    groups = corpus.meta.get("groups")
+    if groups and len(groups) == len(corpus):
+        train_idx, hold_idx = distill.split_by_group(groups, CORPUS.holdout_fraction, seed=0)
+        train, hold = corpus.subset(train_idx), corpus.subset(hold_idx)
+        train_groups = [groups[i] for i in train_idx]
+    else:
+        train, hold = corpus.split(CORPUS.holdout_fraction, seed=0)
+        train_groups = list(range(len(train)))
+    fraction = getattr(args, "train_fraction", 1.0)
+    if not 0 < fraction <= 1:
+        raise SystemExit(f"--train-fraction must be in (0, 1], got {fraction}")
+    if fraction < 1:
+        names = sorted(set(train_groups))
+        g = torch.Generator().manual_seed(args.seed)
+        keep = {names[i] for i in torch.randperm(len(names), generator=g)[: max(1, round(fraction * len(names)))]}
+        train = train.subset([i for i, x in enumerate(train_groups) if x in keep])
     print(f"corpus: {len(train)} train / {len(hold)} held-out sequences, "
           f"{train.num_response_tokens} answer tokens to learn from")
     return train, hold
@@ -91,17 +110,38 @@ def _start(args):
 
 
 def cmd_data(args) -> None:
+    """The corpus in two steps: the target's answers as token ids (generated with ``--generate``,
+    else read from the committed ids file), then the teacher pass that adds the target's top-k
+    distributions and hidden states."""
     from ..measure.workloads import training_conversations
+    from .corpus_plan import PLANS
 
     target, tok = load_target("bf16")
-    convs = training_conversations()
-    if args.limit:
-        convs = convs[: args.limit]
-    ckpt = Path(args.corpus).with_suffix(".answers")  # per-temperature answers, reused after an interruption
-    corpus = distill.build_corpus(target, tok, convs, max_new_tokens=args.max_new_tokens,
-                                  batch_size=args.batch_size, seed=args.seed, checkpoint_dir=ckpt)
+    ids_path = Path(args.ids)
+    if args.generate or not ids_path.exists():
+        convs = training_conversations()
+        if args.limit:
+            convs = convs[: args.limit]
+        ckpt = Path(args.corpus).with_suffix(".answers")  # per-pass answers, reused after an interruption
+        t0 = time.perf_counter()
+        built = distill.run_plan(target, tok, convs, PLANS[args.plan], max_new_tokens=args.max_new_tokens,
+                                 batch_size=args.batch_size, checkpoint_dir=ckpt)
+        meta = {"plan": args.plan, "passes": [p.name for p in PLANS[args.plan]], "pass_seconds": built["seconds"],
+                "generate_s": round(time.perf_counter() - t0, 1), "num_conversations": len(convs),
+                "max_new_tokens": args.max_new_tokens, "device": str(next(target.parameters()).device)}
+        ids_path.parent.mkdir(parents=True, exist_ok=True)
+        distill.save_token_ids(ids_path, built["pairs"], built["groups"], built["passes"], meta)
+        print(f"wrote {ids_path} ({ids_path.stat().st_size / 1e6:.1f} MB)")
+    saved = distill.load_token_ids(ids_path)
+    keep = [i for i, (_, r) in enumerate(saved["pairs"]) if r.numel() > 0]
+    t0 = time.perf_counter()
+    corpus = distill.teacher_pass(target, [saved["pairs"][i] for i in keep], batch_tokens=args.teacher_batch_tokens)
+    corpus.meta.update({**saved["meta"], "ids_file": ids_path.name, "teacher_s": round(time.perf_counter() - t0, 1),
+                        "groups": [saved["groups"][i] for i in keep], "passes_of": [saved["passes"][i] for i in keep],
+                        "response_tokens": corpus.num_response_tokens, "tokens": corpus.num_tokens,
+                        "dtype": str(next(target.parameters()).dtype)})
     path = corpus.save(args.corpus)
-    print(json.dumps(corpus.meta, indent=1))
+    print(json.dumps({k: v for k, v in corpus.meta.items() if k not in ("groups", "passes_of")}, indent=1))
     print(f"wrote {path}")
 
 
@@ -211,9 +251,18 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     sub = parser.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("data", help="generate the self-distillation corpus")
+    parser.add_argument("--train-fraction", type=float, default=1.0,
+                        help="train on this share of the training prompts (learning curves; default 1)")
+    p = sub.add_parser("data", help="build the self-distillation corpus (teacher pass over the committed answers)")
+    p.add_argument("--ids", default=str(distill.DEFAULT_IDS_PATH),
+                   help="token-id corpus: read it, or write it with --generate (default: the committed one)")
+    p.add_argument("--generate", action="store_true",
+                   help="generate the answers again (hours on a 2-core CPU, minutes on a GPU) instead of reading --ids")
+    p.add_argument("--plan", choices=["full", "base"], default="full",
+                   help="which passes to generate (corpus_plan.py; default: full)")
     p.add_argument("--max-new-tokens", type=int, default=CORPUS.max_new_tokens)
     p.add_argument("--batch-size", type=int, default=CORPUS.batch_size)
+    p.add_argument("--teacher-batch-tokens", type=int, default=2048, help="tokens per teacher-pass forward")
     p.add_argument("--limit", type=int, default=0, help="use only the first N training prompts")
     helps = {"draft": "distil the draft model", "early-exit": "train exit adapters for self-speculation",
              "medusa": "train Medusa heads on the corpus' hidden states (target frozen)",

@@ -93,6 +93,10 @@ class Corpus:
         return Corpus(d["ids"], d["start"], d["topk_ids"], d["topk_logp"], d["hidden"], d["meta"])
 
 
+#: The committed token ids of the course's corpus (``save_token_ids``); the teacher pass rebuilds the rest.
+DEFAULT_IDS_PATH = Path(__file__).resolve().parent.parent / "data" / "distill_ids.npz"
+
+
 def default_corpus_path(name: str = "smollm2-135m-instruct") -> Path:
     return cache_dir() / "distill" / f"{name}.pt"
 
@@ -109,11 +113,12 @@ def _eos_ids(model, tokenizer) -> set:
 @torch.inference_mode()
 def generate_responses(model, tokenizer, conversations, max_new_tokens: int = CORPUS.max_new_tokens,
                        batch_size: int = CORPUS.batch_size, temperature: float = 0.0, max_prompt_tokens: int = 384,
-                       seed: int = 0, desc: str = "generating") -> list:
+                       seed: int = 0, desc: str = "generating", top_p: float = 1.0) -> list:
     """The target's answers to ``conversations`` (lists of chat messages), generated in batches.
 
     Returns a list of (prompt_ids, response_ids) LongTensor pairs; a response ends at the first EOS
-    (kept) or after ``max_new_tokens``. temperature 0 is greedy; > 0 samples (seeded).
+    (kept) or after ``max_new_tokens``. temperature 0 is greedy; > 0 samples (seeded), from the
+    top-p nucleus when ``top_p`` < 1 (what a served drafter faces at that setting).
     """
     from ..models import chat_ids
 
@@ -139,7 +144,7 @@ def generate_responses(model, tokenizer, conversations, max_new_tokens: int = CO
         kwargs = dict(do_sample=temperature > 0, max_new_tokens=max_new_tokens, pad_token_id=pad,
                       eos_token_id=sorted(eos))
         if temperature > 0:
-            kwargs.update(temperature=temperature, top_k=0, top_p=1.0)
+            kwargs.update(temperature=temperature, top_k=0, top_p=top_p)
         else:
             kwargs.update(temperature=None, top_k=None, top_p=None)
         out = model.generate(input_ids=input_ids.to(device), attention_mask=mask.to(device), **kwargs)
@@ -306,3 +311,113 @@ def cosine_lr(step: int, total: int, peak: float, warmup: int) -> float:
         return peak * (step + 1) / warmup
     frac = (step - warmup) / max(1, total - warmup)
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+
+
+def run_plan(model, tokenizer, conversations, plan, *, max_new_tokens: int = CORPUS.max_new_tokens,
+             batch_size: int = CORPUS.batch_size, max_prompt_tokens: int = 768, checkpoint_dir=None) -> dict:
+    """Generate every pass of a corpus plan (``corpus_plan.FULL_PLAN``): the target's answers to the
+    training prompts, then to the follow-up and reuse chats built from earlier passes' answers.
+
+    Returns ``{"pairs": [(prompt_ids, response_ids)], "groups": [base prompt index],
+    "passes": [pass index], "seconds": {pass name: s}}``. ``groups`` lets a held-out split keep all
+    answers to one training prompt on the same side. checkpoint_dir: each pass is saved as soon as
+    it exists and reused by a later call, so an interrupted build resumes at the pass it stopped in.
+    """
+    from . import corpus_plan
+
+    corpus_plan.check_plan(plan)
+    done: dict = {}  # pass name -> (chats, groups, pairs)
+    pairs, groups, passes, seconds = [], [], [], {}
+    base_groups = list(range(len(conversations)))
+    for k, p in enumerate(plan):
+        if p.source == "base":
+            chats, grp = conversations, base_groups
+        else:
+            src_chats, src_groups, src_pairs = done[p.from_pass]
+            texts = [tokenizer.decode(r.tolist(), skip_special_tokens=True).strip() for _, r in src_pairs]
+            if p.source == "follow_up":
+                chats, grp = corpus_plan.follow_up_chats(src_chats, texts, seed=p.seed), list(src_groups)
+            else:
+                keep = [i for i, t in enumerate(texts) if len(t) >= 200]
+                chats = corpus_plan.reuse_chats([texts[i] for i in keep], seed=p.seed)
+                grp = [src_groups[i] for i in keep]
+        ckpt = None
+        if checkpoint_dir is not None:
+            ckpt = Path(checkpoint_dir) / (f"pass-{p.name}-T{p.temperature:g}-p{p.top_p:g}-seed{p.seed}"
+                                           f"-n{len(chats)}-max{max_new_tokens}.pt")
+        t0 = time.perf_counter()
+        if ckpt is not None and ckpt.exists():
+            part = torch.load(ckpt)
+            print(f"pass {p.name}: {len(part)} answers reused from {ckpt}")
+        else:
+            part = generate_responses(model, tokenizer, chats, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                                      temperature=p.temperature, top_p=p.top_p, seed=p.seed,
+                                      max_prompt_tokens=max_prompt_tokens,
+                                      desc=f"pass {k + 1}/{len(plan)}: {p.name}")
+            if ckpt is not None:
+                ckpt.parent.mkdir(parents=True, exist_ok=True)
+                torch.save(part, ckpt)
+        seconds[p.name] = round(time.perf_counter() - t0, 1)
+        done[p.name] = (chats, grp, part)
+        pairs += part
+        groups += grp
+        passes += [k] * len(part)
+    return {"pairs": pairs, "groups": groups, "passes": passes, "seconds": seconds}
+
+
+def save_token_ids(path, pairs, groups, passes, meta: dict | None = None) -> Path:
+    """The corpus as token ids only (no distributions, no features): small enough to commit, and all
+    that retraining needs, since the teacher pass rebuilds the rest in minutes.
+
+    Stored compressed (numpy ``savez_compressed``): ids as uint16 (the vocabulary has 49,152 ids),
+    each sequence's length and answer start, its base-prompt group and its pass index.
+    """
+    import json
+
+    import numpy as np
+
+    path = Path(path)
+    seqs = [torch.cat([p, r]) for p, r in pairs]
+    if seqs and max(int(s.max()) for s in seqs) >= 2 ** 16:
+        raise ValueError("token ids do not fit in uint16")
+    np.savez_compressed(path, tokens=np.concatenate([s.numpy() for s in seqs]).astype(np.uint16),
+                        lengths=np.array([s.numel() for s in seqs], dtype=np.int32),
+                        starts=np.array([p.numel() for p, _ in pairs], dtype=np.int32),
+                        groups=np.array(groups, dtype=np.int32), passes=np.array(passes, dtype=np.int16),
+                        meta=np.array(json.dumps(meta or {})))
+    return path
+
+
+def load_token_ids(path) -> dict:
+    """What ``save_token_ids`` wrote: ``{"pairs", "groups", "passes", "meta"}``."""
+    import json
+
+    import numpy as np
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no token-id corpus at {path}; build one with "
+                                "`python -m specdecode_ref.training data --generate`")
+    d = np.load(path)
+    tokens = torch.from_numpy(d["tokens"].astype(np.int64))
+    ends = np.cumsum(d["lengths"])
+    pairs = []
+    for end, n, st in zip(ends, d["lengths"], d["starts"]):
+        seq = tokens[end - n: end]
+        pairs.append((seq[:st].clone(), seq[st:].clone()))
+    return {"pairs": pairs, "groups": d["groups"].tolist(), "passes": d["passes"].tolist(),
+            "meta": json.loads(str(d["meta"]))}
+
+
+def split_by_group(groups: list, holdout_fraction: float = CORPUS.holdout_fraction, seed: int = 0):
+    """(train, held-out) sequence indices such that all answers to one base prompt fall on the same
+    side: with several answers per prompt, a random split by sequence would score the drafter on
+    prompts it was trained on."""
+    g = torch.Generator().manual_seed(seed)
+    names = sorted(set(groups))
+    order = torch.randperm(len(names), generator=g).tolist()
+    n_hold = max(1, int(round(holdout_fraction * len(names))))
+    hold = {names[i] for i in order[:n_hold]}
+    train = [i for i, x in enumerate(groups) if x not in hold]
+    held = [i for i, x in enumerate(groups) if x in hold]
+    return train, held

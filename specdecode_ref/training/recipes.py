@@ -57,7 +57,7 @@ class EagleRecipe(Recipe):
 class CorpusRecipe:
     """The self-distillation corpus (distill.py): answers per prompt, and the held-out share."""
 
-    max_new_tokens: int = 160
+    max_new_tokens: int = 256
     batch_size: int = 32
     temperatures: tuple = (0.0, 0.7)
     top_k: int = 20
