@@ -98,6 +98,15 @@ def export_eagle_head(out_dir, target=None, dtype: torch.dtype = torch.float32) 
     fc's input order differs too (vLLM: [embedding, feature]; ours: [feature, embedding]); that
     one is a column swap and exact. Verification keeps vLLM's greedy output equal to plain greedy
     whatever the drafter computes; only the acceptance changes.
+
+    How much it changes, measured on the cross-check's two prompts in fp32: the bias matters little
+    (our head without it picks the same first draft token 99 % of the time), but without its input
+    norm the head agrees with itself 6-14 % of the time, without its final norm 6-11 %, and with all
+    three dropped (this export) 0-1 %. vLLM 0.32 on the CPU loads and runs the directory, its output
+    equals plain greedy, and it accepts 0 of 159 drafted tokens (k = 3) where our EAGLE chain with
+    the same head accepts 17 of 108. Running our head as trained inside vLLM needs a drafter class
+    of its own (vLLM registers out-of-tree models with ``ModelRegistry.register_model``), not a
+    different export.
     """
     from ..proposers.eagle import load_eagle_head
 
