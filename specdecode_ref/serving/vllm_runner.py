@@ -30,7 +30,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON_ENV = "SPECDECODE_VLLM_PYTHON"  # a Python that can `import vllm`
 DEFAULT_VENV = REPO_ROOT / ".venv-vllm"
 JOB_SCRIPT = Path(__file__).resolve().parent / "vllm_job.py"
-SETUP_HINT = "build it with `make vllm-env` (about 4 minutes, 3.4 GB), or set SPECDECODE_VLLM_PYTHON"
+SETUP_HINT = "build it with `make vllm-env` (about a minute, 3.4 GB), or set SPECDECODE_VLLM_PYTHON"
 
 DRAFTS = "vllm:spec_decode_num_drafts"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
