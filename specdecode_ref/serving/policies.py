@@ -98,13 +98,16 @@ class AdaptivePolicy(SpeculationPolicy):
     tokens. decay: each observation first multiplies the counts by it, so the estimate follows the
     recent acceptance (a window of about 1 / (1 - decay) drafted tokens). probe_every: when the
     policy has chosen K = 0 this many steps in a row, it drafts one step at K = 1 to keep measuring
-    acceptance (otherwise a low estimate could never recover).
+    acceptance (otherwise a low estimate could never recover). min_gain: speculate only when the
+    model predicts at least this relative gain over plain decoding (the overheads the model leaves
+    out, like verification and bookkeeping, should not tip a near-tie).
     """
 
     name = "adaptive"
 
     def __init__(self, k: int, cost: Callable[[int, int], float] | None = None, draft_cost: float = 0.0,
-                 prior_alpha: float = 0.5, prior_weight: float = 8.0, decay: float = 0.99, probe_every: int = 16):
+                 prior_alpha: float = 0.5, prior_weight: float = 8.0, decay: float = 0.99, probe_every: int = 16,
+                 min_gain: float = 0.03):
         super().__init__(k)
         if not 0.0 <= prior_alpha <= 1.0:
             raise ValueError(f"prior_alpha must lie in [0, 1], got {prior_alpha!r}")
@@ -114,6 +117,7 @@ class AdaptivePolicy(SpeculationPolicy):
         self.draft_cost = float(draft_cost)
         self.prior_alpha, self.prior_weight, self.decay = float(prior_alpha), float(prior_weight), float(decay)
         self.probe_every = int(probe_every)
+        self.min_gain = float(min_gain)
         self.drafted = 0.0
         self.accepted = 0.0
         self.steps_off = 0
@@ -138,7 +142,7 @@ class AdaptivePolicy(SpeculationPolicy):
         return float(expected_tokens_per_step(self.alpha, k)) * t1 / (self.cost(batch_size, k + 1) + k * self.draft_cost)
 
     def best_k(self, batch_size: int) -> int:
-        best_k, best = 0, 1.0
+        best_k, best = 0, 1.0 + self.min_gain
         for kk in range(1, self.k + 1):
             s = self.predicted_speedup(batch_size, kk)
             if s > best + 1e-12:  # ties keep the smaller K (0 = plain decoding)
