@@ -130,7 +130,8 @@ class StepRecord:
     num_prefills: int
     scheduled_tokens: int  # committed + drafted tokens computed this step
     num_preempted: int
-    used_blocks: int
+    reserved_blocks: int  # blocks in use after scheduling: committed tokens + drafts (lookahead)
+    used_blocks: int  # blocks in use after verification: rejected drafts' slots given back
     wall_s: float  # wall time of the step
 
 
@@ -451,6 +452,7 @@ class Scheduler:
         k = self.policy.choose_k(len(self.running)) if self.running else 0
         self._draft(k)
         decode, prefill, preempted = self.schedule()
+        reserved = self.blocks.num_used_blocks
         for req in self.running:  # a request over the token budget scores no draft this step
             if req not in decode:
                 self._discard_draft(req)
@@ -468,7 +470,7 @@ class Scheduler:
         if self.cache is not None:
             self.cache.maybe_compact(self.compact_fraction)
         record = StepRecord(self.step_count, len(decode), k, len(prefill), scheduled, len(preempted),
-                            self.blocks.num_used_blocks, now - t_start)
+                            reserved, self.blocks.num_used_blocks, now - t_start)
         self.log.append(record)
         if self.check_every_step:
             self.check()
