@@ -5,7 +5,7 @@ speculative-decoding counters.
 * TTFT (time to first token): from a request's arrival to its first output token.
 * ITL (inter-token latency): the gap between two consecutive outputs of one request. With
   speculation one step may emit several tokens at once; like vLLM's serving benchmark
-  (``benchmarks/benchmark_serving.py``, ``itl``) one gap is recorded per output chunk, so ITL
+  (``vllm bench serve``, ``vllm/benchmarks/serve.py``: ``itl``) one gap is recorded per output chunk, so ITL
   measures how often a user sees progress, and TPOT (time per output token, (latency - TTFT) /
   (tokens - 1)) how fast the text grows.
 Latencies are given in wall-clock seconds and in scheduler steps (the schedule itself, without
