@@ -77,14 +77,22 @@ def roofline_cost(knee_tokens: float = 16.0) -> Callable[[int, int], float]:
 
 def surface_cost(surface) -> Callable[[int, int], float]:
     """T(B, n) read from a measured surface (``measure.batch_bench.measure_cost_surface``: columns
-    B, n, time_s), interpolated in n and at the nearest measured batch size."""
-    from ..measure.batch_bench import surface_time
+    B, n, time_s): each batch size's curve is first made non-decreasing in n
+    (``analysis.monotone_cost_curve``: scoring more tokens never does less work, so a dip is
+    noise), then interpolated in n, at the nearest measured batch size."""
+    import numpy as np
 
-    sizes = sorted(int(b) for b in surface.B.unique())
+    from ..analysis import monotone_cost_curve
+
+    curves = {}
+    for b, g in surface.groupby("B"):
+        g = g.sort_values("n")
+        curves[int(b)] = (g.n.to_numpy(dtype=float), monotone_cost_curve(g.n.to_numpy(), g.time_s.to_numpy()))
+    sizes = sorted(curves)
 
     def cost(b: int, n: float) -> float:
-        nearest = min(sizes, key=lambda s: abs(s - b))
-        return surface_time(surface, nearest, n)
+        ns, ts = curves[min(sizes, key=lambda s: abs(s - b))]
+        return float(np.interp(n, ns, ts))
 
     return cost
 

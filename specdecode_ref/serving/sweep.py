@@ -66,7 +66,9 @@ def run_sweep(model, prompts, loads=(1, 4, 16), policies=POLICIES, k: int = 4, m
     """The scheduler at every load under every policy; returns a pandas DataFrame, one row per run
     (columns: load, policy, k, repeat, throughput_tok_s, ttft_p50_s, ttft_p99_s, itl_p50_s,
     itl_p99_s, acceptance_rate, tau, spec_decode_num_* ...; ``same_as_off``: the run's outputs
-    equal the "off" run's at that load, the lossless check, greedy)."""
+    equal the "off" run's at that load, the lossless check, greedy; ``requests_differing``: how
+    many requests differ, which in bf16 can be a few: a (k+1)-token forward rounds differently
+    from a 1-token one, and a near-tie between two tokens can flip)."""
     import pandas as pd
 
     for p in policies:
@@ -86,7 +88,10 @@ def run_sweep(model, prompts, loads=(1, 4, 16), policies=POLICIES, k: int = 4, m
                 rows.append(row)
             reference = outputs.get("off")
             for row in rows[-len(policies):]:
-                row["same_as_off"] = None if reference is None else outputs[row["policy"]] == reference
+                mine = outputs[row["policy"]]
+                row["same_as_off"] = None if reference is None else mine == reference
+                row["requests_differing"] = (None if reference is None
+                                             else sum(a != b for a, b in zip(mine, reference)))
     return pd.DataFrame(rows)
 
 
