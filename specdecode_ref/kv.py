@@ -105,3 +105,34 @@ def gather_slots(cache, index: torch.Tensor) -> None:
         idx = index.to(keys.device)[:, None, :, None].expand(b, h, index.shape[1], d)
         setattr(layer, k_name, keys.gather(2, idx))
         setattr(layer, v_name, getattr(layer, v_name).gather(2, idx))
+
+
+def concat_rows(cache, other) -> None:
+    """Append the rows of ``other`` after the rows of ``cache``, in every layer (in place).
+
+    Continuous batching: requests prefilled on their own join the running batch. The cache with
+    fewer slots is left-padded with zero keys and values first; the caller marks those slots
+    empty (batch.RaggedCache's slot positions -1), so no query ever attends to them.
+    """
+    mine, theirs = _layers_kv(cache), _layers_kv(other)
+    if len(mine) != len(theirs):
+        raise ValueError(f"cannot join caches of {len(mine)} and {len(theirs)} layers")
+    for (layer, k_name, v_name), (olayer, _, _) in zip(mine, theirs):
+        parts = []
+        for src in (layer, olayer):
+            keys = getattr(src, k_name, None)
+            parts.append((keys, getattr(src, v_name, None)))
+        if parts[1][0] is None or parts[1][0].numel() == 0:
+            continue
+        if parts[0][0] is None or parts[0][0].numel() == 0:
+            raise ValueError("cannot join rows to a cache that holds no keys yet; use the other cache instead")
+        width = max(parts[0][0].shape[-2], parts[1][0].shape[-2])
+        padded = []
+        for keys, values in parts:
+            pad = width - keys.shape[-2]
+            if pad:
+                keys = torch.nn.functional.pad(keys, (0, 0, pad, 0))
+                values = torch.nn.functional.pad(values, (0, 0, pad, 0))
+            padded.append((keys, values))
+        setattr(layer, k_name, torch.cat([padded[0][0], padded[1][0]], dim=0))
+        setattr(layer, v_name, torch.cat([padded[0][1], padded[1][1]], dim=0))

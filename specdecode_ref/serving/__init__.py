@@ -1,5 +1,11 @@
 """Serving: speculative decoding inside an engine that serves many requests.
 
+    blocks        KV slots in fixed-size blocks: allocate_slots with lookahead for drafts, trim, free, check
+    scheduler     continuous batching: arrivals, token budget, drafts as lookahead, recompute preemption
+    policies      when to speculate: always on, always off, adaptive (K from batch size and acceptance)
+    metrics       throughput, TTFT, inter-token latency, vLLM's spec_decode_* counters
+    sweep         the scheduler over loads and policies (python -m specdecode_ref.serving.sweep)
+    viz           throughput and latency curves of a sweep; one run's schedule
     vllm_runner   run vLLM (in its own environment) on the same model and prompts, JSON in and out
     export        our trained drafters as model directories vLLM loads (draft model, EAGLE head)
 """

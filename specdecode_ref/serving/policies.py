@@ -1,0 +1,188 @@
+"""When to speculate in a serving engine: always, never, or K chosen per step from the load.
+
+Speculation buys tokens per target forward (tau) but makes each forward score k+1 tokens per
+request. With one request the forward is memory-bound and the extra tokens are almost free; with
+a full batch the forward is compute-bound and scoring k rejected drafts per request costs real
+time. So the best K falls as the batch grows, faster when acceptance is low. A policy answers one
+question per step, :meth:`SpeculationPolicy.choose_k` (batch size -> K), and learns acceptance
+from every verified draft through :meth:`SpeculationPolicy.observe`.
+
+:class:`AdaptivePolicy` picks the K that maximises the cost model's throughput,
+``E[tokens | alpha, K] * T(B, 1) / (T(B, K+1) + K c)`` (``analysis.expected_tokens_per_step``;
+the same rule as ``measure.batch_bench.choose_k_per_batch``, which reads T from a measured
+surface); K = 0 (plain decoding) wins ties, so it speculates only where the model says it pays.
+
+Counterparts: vLLM's v1 engine speculates with a fixed ``num_speculative_tokens`` whatever the
+load (its earlier engine had ``speculative_disable_by_batch_size``, a batch-size threshold above
+which drafting stops: a one-step version of this policy); dynamic speculation length by load is studied in "Optimizing Speculative Decoding for
+Serving Large Language Models Using Goodput" (Liu et al., 2024, SmartSpec).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from ..analysis import expected_tokens_per_step
+
+
+class SpeculationPolicy:
+    """Chooses the draft length K of one scheduler step (0 = plain decoding)."""
+
+    name = "policy"
+
+    def __init__(self, k: int):
+        if not isinstance(k, int) or k < 0:
+            raise ValueError(f"k must be an int >= 0, got {k!r}")
+        self.k = k
+
+    def choose_k(self, batch_size: int) -> int:
+        raise NotImplementedError
+
+    def observe(self, num_drafted: int, num_accepted: int) -> None:
+        """One request's verified draft of this step (the default ignores it)."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(k={self.k})"
+
+
+class AlwaysOn(SpeculationPolicy):
+    """Draft k tokens every step (what vLLM does with ``num_speculative_tokens=k``)."""
+
+    name = "on"
+
+    def choose_k(self, batch_size: int) -> int:
+        return self.k
+
+
+class AlwaysOff(SpeculationPolicy):
+    """Never draft: plain continuous batching."""
+
+    name = "off"
+
+    def __init__(self, k: int = 0):
+        super().__init__(k)
+
+    def choose_k(self, batch_size: int) -> int:
+        return 0
+
+
+def roofline_cost(knee_tokens: float = 16.0) -> Callable[[int, int], float]:
+    """T(B, n) in units of T(1, 1) for a forward over B requests of n tokens each: flat while the
+    forward is memory-bound (reading the weights dominates), then linear in the B*n tokens once
+    they pass ``knee_tokens`` (compute-bound). A GPU's knee is hundreds of tokens, a CPU's a
+    handful; ``surface_cost`` uses a measured surface instead."""
+    if knee_tokens <= 0:
+        raise ValueError(f"knee_tokens must be > 0, got {knee_tokens!r}")
+    return lambda b, n: max(1.0, b * n / knee_tokens)
+
+
+def surface_cost(surface) -> Callable[[int, int], float]:
+    """T(B, n) read from a measured surface (``measure.batch_bench.measure_cost_surface``: columns
+    B, n, time_s): each batch size's curve is first made non-decreasing in n
+    (``analysis.monotone_cost_curve``: scoring more tokens never does less work, so a dip is
+    noise), then interpolated in n, at the nearest measured batch size."""
+    import numpy as np
+
+    from ..analysis import monotone_cost_curve
+
+    curves = {}
+    for b, g in surface.groupby("B"):
+        g = g.sort_values("n")
+        curves[int(b)] = (g.n.to_numpy(dtype=float), monotone_cost_curve(g.n.to_numpy(), g.time_s.to_numpy()))
+    sizes = sorted(curves)
+
+    def cost(b: int, n: float) -> float:
+        ns, ts = curves[min(sizes, key=lambda s: abs(s - b))]
+        return float(np.interp(n, ns, ts))
+
+    return cost
+
+
+class AdaptivePolicy(SpeculationPolicy):
+    """K per step from the batch size and the measured acceptance rate (see the module docstring).
+
+    k: the largest K. cost: T(B, n), any unit (default :func:`roofline_cost`). draft_cost: the time
+    of drafting one token for one request in T(1, 1) units (0 for n-gram lookup). prior_alpha,
+    prior_weight: the acceptance rate assumed before any draft is verified, worth that many drafted
+    tokens. decay: each observation first multiplies the counts by it, so the estimate follows the
+    recent acceptance (a window of about 1 / (1 - decay) drafted tokens). probe_every: when the
+    policy has chosen K = 0 this many steps in a row, it drafts one step at K = 1 to keep measuring
+    acceptance (otherwise a low estimate could never recover). min_gain: speculate only when the
+    model predicts at least this relative gain over plain decoding (the overheads the model leaves
+    out, like verification and bookkeeping, should not tip a near-tie).
+    """
+
+    name = "adaptive"
+
+    def __init__(self, k: int, cost: Callable[[int, int], float] | None = None, draft_cost: float = 0.0,
+                 prior_alpha: float = 0.5, prior_weight: float = 8.0, decay: float = 0.99, probe_every: int = 16,
+                 min_gain: float = 0.03):
+        super().__init__(k)
+        if not 0.0 <= prior_alpha <= 1.0:
+            raise ValueError(f"prior_alpha must lie in [0, 1], got {prior_alpha!r}")
+        if not 0.0 < decay <= 1.0:
+            raise ValueError(f"decay must lie in (0, 1], got {decay!r}")
+        self.cost = roofline_cost() if cost is None else cost
+        self.draft_cost = float(draft_cost)
+        self.prior_alpha, self.prior_weight, self.decay = float(prior_alpha), float(prior_weight), float(decay)
+        self.probe_every = int(probe_every)
+        self.min_gain = float(min_gain)
+        self.drafted = 0.0
+        self.accepted = 0.0
+        self.steps_off = 0
+        self.history: list = []  # (batch size, alpha estimate, K) per step
+
+    @property
+    def alpha(self) -> float:
+        """The acceptance-rate estimate: decayed accepted / drafted counts, with the prior."""
+        return (self.accepted + self.prior_alpha * self.prior_weight) / (self.drafted + self.prior_weight)
+
+    def observe(self, num_drafted: int, num_accepted: int) -> None:
+        if num_drafted <= 0:
+            return
+        if not 0 <= num_accepted <= num_drafted:
+            raise ValueError(f"accepted {num_accepted} of {num_drafted} drafted tokens")
+        self.drafted = self.drafted * self.decay + num_drafted
+        self.accepted = self.accepted * self.decay + num_accepted
+
+    def predicted_speedup(self, batch_size: int, k: int) -> float:
+        """Throughput with K = k over plain decoding at this batch size, by the cost model."""
+        t1 = self.cost(batch_size, 1)
+        return float(expected_tokens_per_step(self.alpha, k)) * t1 / (self.cost(batch_size, k + 1) + k * self.draft_cost)
+
+    def best_k(self, batch_size: int) -> int:
+        best_k, best = 0, 1.0 + self.min_gain
+        for kk in range(1, self.k + 1):
+            s = self.predicted_speedup(batch_size, kk)
+            if s > best + 1e-12:  # ties keep the smaller K (0 = plain decoding)
+                best_k, best = kk, s
+        return best_k
+
+    def choose_k(self, batch_size: int) -> int:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
+        k = self.best_k(batch_size)
+        if k == 0:
+            self.steps_off += 1
+            if self.probe_every > 0 and self.steps_off >= self.probe_every and self.k > 0:
+                self.steps_off, k = 0, 1
+        else:
+            self.steps_off = 0
+        self.history.append((batch_size, self.alpha, k))
+        return k
+
+    def __repr__(self) -> str:
+        return f"AdaptivePolicy(k={self.k}, alpha={self.alpha:.3f})"
+
+
+def make_policy(name: str, k: int, **kwargs) -> SpeculationPolicy:
+    """"on", "off" or "adaptive" (kwargs go to :class:`AdaptivePolicy`)."""
+    if name == "on":
+        return AlwaysOn(k)
+    if name == "off":
+        return AlwaysOff()
+    if name == "adaptive":
+        return AdaptivePolicy(k, **kwargs)
+    raise ValueError(f"policy must be 'on', 'off' or 'adaptive', got {name!r}")
+
+
+POLICIES = ("off", "on", "adaptive")

@@ -1,0 +1,536 @@
+"""Continuous batching with speculation: requests arrive, join the running batch, draft, verify, leave.
+
+One scheduler step (:meth:`Scheduler.step`), as in vLLM's v1 engine:
+
+1. Arrivals join the waiting queue (FCFS).
+2. Draft: every running request asks its own proposer for up to K tokens, K chosen by the
+   policy (policies.py) for this batch size. The drafted ids become ``spec_token_ids``.
+3. Schedule (``Scheduler.schedule``, vLLM ``Scheduler.schedule`` in
+   ``vllm/v1/core/sched/scheduler.py``): there is no prefill or decode phase, only
+   ``num_computed_tokens`` (tokens in the KV cache) catching up with ``num_tokens_with_spec``
+   (prompt + output + drafts). Running requests first: each needs ``num_tokens -
+   num_computed_tokens`` committed tokens (1 while decoding) plus its drafts, within the step's
+   token budget; the drafts ride as *lookahead*: their slots are reserved
+   (``BlockManager.allocate_slots(request, num_new_tokens, num_lookahead_tokens)``) but only the
+   accepted ones stay. When the block pool cannot hold a request, the most recently admitted
+   running request is preempted (recompute-style: its blocks and cache rows are dropped, its
+   output so far kept; it goes back to the front of the waiting queue and is prefilled again,
+   prompt + output, when readmitted), exactly vLLM's ``_preempt_request`` with
+   ``running.pop()``. Then, if nothing was preempted, waiting requests are admitted while the
+   token budget, ``max_num_seqs`` and the block pool allow.
+4. Execute: one target forward scores every running request's last committed token plus its
+   drafts (batch.RaggedCache: per-row positions, per-row rollback); the newly admitted requests
+   are prefilled in a forward of their own and their cache rows join the batch
+   (``kv.concat_rows``). A padded cache makes one forward cost B x (longest row), so a 300-token
+   prompt in the same forward as 16 decoding rows would cost 16 x 300 positions; vLLM's paged
+   kernels put both in one forward without padding.
+5. Verify each row on its own (greedy or rejection sampling, ``vllm/v1/sample/rejection_sampler.py``),
+   roll the row back to its accepted length, give back the blocks only rejected drafts needed
+   (``BlockManager.trim``), commit (EOS, max_new_tokens: the single-request engine's
+   ``_Request``), and let finished requests free their blocks and leave.
+
+The block accounting governs admission and preemption: it is the budget a paged cache of
+``num_blocks`` blocks would have. The padded RaggedCache does the compute; :meth:`Scheduler.check`
+asserts after every step (``check_every_step=True``) that both agree: each running request holds
+exactly ``num_computed_tokens`` positions in the cache and exactly the blocks those need.
+
+Greedy output is lossless whatever the schedule: each request's tokens equal plain greedy decoding
+of that request alone (fp32), through joins, preemptions and changing K (tests/serving).
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .. import kv
+from ..batch import COMPACT_FRACTION, RaggedCache, _clip, _validate_prompts, _verify_rows
+from ..engine import (ACCEPTED, BONUS, RECOVERED, TARGET, _check_draft, _check_sampling_and_proposer, _Request,
+                      context_window, eos_token_ids)
+from ..proposers.base import DecodeState, Draft, Proposer, StepOutcome
+from ..proposers.batch import fork
+from ..sampling import SamplingParams, next_token
+from .blocks import DEFAULT_BLOCK_SIZE, BlockManager
+from .policies import AlwaysOff, AlwaysOn, SpeculationPolicy
+
+WAITING, RUNNING, FINISHED = "waiting", "running", "finished"
+
+
+@dataclass(eq=False)
+class ServingRequest:
+    """One request in the engine: vLLM's ``Request`` (``vllm/v1/request.py``) with our bookkeeping.
+
+    prompt: 1-D LongTensor [L]. ``row`` is the single-request engine's ``_Request`` (tokens, token
+    kinds, EOS, max_new_tokens, SpecStats); its ``state.token_list`` is prompt + output.
+    Times are wall-clock seconds since the run started; steps are scheduler steps.
+    """
+
+    request_id: int
+    prompt: torch.Tensor
+    max_new_tokens: int
+    arrival_step: int = 0
+    row: _Request | None = None
+    proposer: Proposer | None = None
+    status: str = WAITING
+    num_computed_tokens: int = 0  # positions of token_list in the KV cache
+    draft: Draft | None = None  # this step's drafted tokens (vLLM's spec_token_ids)
+    num_preemptions: int = 0
+    arrival_time: float = float("nan")
+    first_token_time: float = float("nan")
+    finish_time: float = float("nan")
+    first_token_step: int = -1
+    finish_step: int = -1
+    emissions: list = field(default_factory=list)  # (wall time, step, tokens emitted) per step that emitted
+
+    @property
+    def token_list(self) -> list:
+        return self.row.state.token_list
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt + output tokens (vLLM ``Request.num_tokens``)."""
+        return len(self.row.state.token_list)
+
+    @property
+    def spec_token_ids(self) -> list:
+        return [] if self.draft is None else self.draft.tokens.tolist()
+
+    @property
+    def num_tokens_with_spec(self) -> int:
+        """Prompt + output + drafted tokens (vLLM ``Request.num_tokens_with_spec``)."""
+        return self.num_tokens + (0 if self.draft is None else len(self.draft))
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.row.tokens)
+
+    @property
+    def output(self) -> list:
+        return list(self.row.tokens)
+
+    @property
+    def stats(self):
+        return self.row.stats
+
+    @property
+    def finished(self) -> bool:
+        return self.status == FINISHED
+
+
+@dataclass
+class StepRecord:
+    """What one step did (for plots and tests)."""
+
+    step: int
+    batch_size: int  # running requests that decoded (verified a draft or decoded one token)
+    k: int  # the policy's K
+    num_prefills: int
+    scheduled_tokens: int  # committed + drafted tokens computed this step
+    num_preempted: int
+    reserved_blocks: int  # blocks in use after scheduling: committed tokens + drafts (lookahead)
+    used_blocks: int  # blocks in use after verification: rejected drafts' slots given back
+    wall_s: float  # wall time of the step
+
+
+@dataclass
+class ServingResult:
+    """A finished run: every request (in submission order), the step log, the block pool."""
+
+    requests: list
+    steps: list
+    wall_s: float
+    blocks: BlockManager
+    policy: SpeculationPolicy
+
+    @property
+    def num_preemptions(self) -> int:
+        return sum(r.num_preemptions for r in self.requests)
+
+    def outputs(self) -> list:
+        return [r.output for r in self.requests]
+
+    def metrics(self) -> dict:
+        from .metrics import serving_metrics
+
+        return serving_metrics(self)
+
+
+def poisson_arrivals(num_requests: int, rate_per_step: float, seed: int = 0) -> list:
+    """Arrival steps of a Poisson process with ``rate_per_step`` requests per scheduler step
+    (exponential gaps, seeded), rounded down to whole steps; the first request arrives at step 0.
+    rate_per_step = inf: all at step 0 (a closed batch)."""
+    if num_requests < 0:
+        raise ValueError(f"num_requests must be >= 0, got {num_requests!r}")
+    if not rate_per_step > 0:
+        raise ValueError(f"rate_per_step must be > 0, got {rate_per_step!r}")
+    if np.isinf(rate_per_step):
+        return [0] * num_requests
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate_per_step, size=num_requests)
+    gaps[0] = 0.0
+    return [int(t) for t in np.floor(np.cumsum(gaps))]
+
+
+class Scheduler:
+    """A continuous-batching engine with speculative decoding (see the module docstring).
+
+    model: the target. proposer: any proposer ``generate_batch`` accepts (each request drafts with
+    its own copy; None = no drafting). policy: a SpeculationPolicy (default: always on at the
+    proposer's k, or off without a proposer). num_blocks, block_size: the KV block pool.
+    max_num_batched_tokens: the per-step token budget (vLLM's ``max_num_batched_tokens``), prompt
+    tokens, committed tokens and drafts all counted; it must hold the longest prompt + output
+    (prefills are not chunked). max_num_seqs: the most running requests.
+    sampling, seed: shared SamplingParams; request i's generator is seeded with seed + i.
+    check_every_step: run :meth:`check` after every step (tests).
+    """
+
+    def __init__(self, model, proposer: Proposer | None = None, policy: SpeculationPolicy | None = None, *,
+                 num_blocks: int = 256, block_size: int = DEFAULT_BLOCK_SIZE, max_num_batched_tokens: int = 2048,
+                 max_num_seqs: int = 16, sampling: SamplingParams | None = None, seed: int = 0,
+                 eos_token_id=None, stop_on_eos: bool = True, check_every_step: bool = False,
+                 compact_fraction: float = COMPACT_FRACTION):
+        self.model = model
+        self.sampling = _check_sampling_and_proposer(model, sampling, proposer)
+        if proposer is not None and (proposer.needs_hidden_states or getattr(proposer, "scores_draft", False)):
+            raise NotImplementedError(f"{proposer!r} reads the target's hidden states or runs the verification "
+                                      "itself; the scheduler drafts with proposers that need only token ids "
+                                      "(n-gram, draft model)")
+        if policy is None:
+            policy = AlwaysOff() if proposer is None else AlwaysOn(proposer.k)
+        if not isinstance(policy, SpeculationPolicy):
+            raise TypeError(f"policy must be a SpeculationPolicy, got {type(policy).__name__}")
+        if proposer is None and not isinstance(policy, AlwaysOff):
+            raise ValueError(f"policy {policy!r} drafts, but no proposer was given")
+        if proposer is not None and policy.k > proposer.k:
+            raise ValueError(f"policy {policy!r} may ask for more drafts than the proposer's k={proposer.k}")
+        for name, value in (("max_num_batched_tokens", max_num_batched_tokens), ("max_num_seqs", max_num_seqs)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        self.proposer, self.policy = proposer, policy
+        self.blocks = BlockManager(num_blocks, block_size)
+        self.max_num_batched_tokens, self.max_num_seqs = max_num_batched_tokens, max_num_seqs
+        self.seed = int(seed)
+        self.eos = set(eos_token_ids(model, eos_token_id)) if stop_on_eos else set()
+        self.window = context_window(model)
+        self.device = next(model.parameters()).device
+        pad = getattr(model.config, "pad_token_id", None)
+        self.pad_token_id = 0 if pad is None else int(pad)
+        self.check_every_step, self.compact_fraction = check_every_step, compact_fraction
+
+        self.requests: list = []  # every request, in submission order
+        self.pending: list = []  # not arrived yet, by arrival step
+        self.waiting: deque = deque()  # arrived (or preempted), not running
+        self.running: list = []  # scheduling order (admission order)
+        self.cache: RaggedCache | None = None  # rows = self.cache_rows, in that order
+        self.cache_rows: list = []
+        self.step_count = 0
+        self.log: list = []
+        self._t0: float | None = None
+
+    # --- requests --------------------------------------------------------------------------------
+
+    def add_request(self, prompt, max_new_tokens: int, arrival_step: int = 0) -> ServingRequest:
+        """Submit a request (a 1-D LongTensor of prompt ids) arriving at ``arrival_step``."""
+        (prompt,), _ = _validate_prompts(self.model, [prompt], max_new_tokens)
+        if not isinstance(arrival_step, int) or arrival_step < 0:
+            raise ValueError(f"arrival_step must be an int >= 0, got {arrival_step!r}")
+        longest = prompt.numel() + max_new_tokens  # a resumed request re-prefills prompt + output
+        if longest > self.max_num_batched_tokens:
+            raise ValueError(f"prompt of {prompt.numel()} tokens + max_new_tokens={max_new_tokens} exceeds the "
+                             f"token budget max_num_batched_tokens={self.max_num_batched_tokens} (prefills are "
+                             f"not chunked): raise the budget or shorten the request")
+        k = 0 if self.proposer is None else self.proposer.k
+        if self.blocks.blocks_needed(longest + k) > self.blocks.num_blocks:
+            raise ValueError(f"a request of {prompt.numel()} + {max_new_tokens} tokens (+{k} drafts) needs "
+                             f"{self.blocks.blocks_needed(longest + k)} blocks of {self.blocks.block_size}; the pool "
+                             f"has {self.blocks.num_blocks}, so it could never finish")
+        i = len(self.requests)
+        generator = None
+        if not self.sampling.is_greedy:
+            generator = torch.Generator(device=self.device)
+            generator.manual_seed(self.seed + i)
+        state = DecodeState(target=self.model, sampling=self.sampling, generator=generator,
+                            prompt_len=prompt.numel(), token_list=prompt.tolist())
+        req = ServingRequest(i, prompt, max_new_tokens, arrival_step,
+                             row=_Request(state, None, max_new_tokens, self.eos, self.window),
+                             proposer=None if self.proposer is None else fork(self.proposer))
+        self.requests.append(req)
+        self.pending.append(req)
+        self.pending.sort(key=lambda r: (r.arrival_step, r.request_id))
+        return req
+
+    @property
+    def has_unfinished(self) -> bool:
+        return bool(self.pending or self.waiting or self.running)
+
+    def _now(self) -> float:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter() - self._t0
+
+    def _arrive(self) -> None:
+        if not self.running and not self.waiting and self.pending:  # idle: skip to the next arrival
+            self.step_count = max(self.step_count, self.pending[0].arrival_step)
+        now = self._now()
+        while self.pending and self.pending[0].arrival_step <= self.step_count:
+            req = self.pending.pop(0)
+            req.arrival_time = now
+            self.waiting.append(req)
+
+    # --- 2. draft --------------------------------------------------------------------------------
+
+    def _draft(self, k: int) -> None:
+        for req in self.running:
+            req.draft = None
+            if k == 0 or req.proposer is None:
+                continue
+            draft = req.row.timed(req.proposer.propose, req.row.state)
+            _check_draft(req.proposer, draft)
+            # Never draft past the policy's K, the token budget or the context window.
+            req.draft = _clip(draft, min(k, req.row.draft_limit()))
+
+    # --- 3. schedule -----------------------------------------------------------------------------
+
+    def _discard_draft(self, req: ServingRequest) -> None:
+        """Drop a draft that will not be scored; the proposer rolls its state back as after a
+        step that accepted nothing and emitted nothing."""
+        if req.draft is not None and req.proposer is not None:
+            req.row.timed(req.proposer.on_verified, req.row.state, StepOutcome(req.draft, 0, []))
+        req.draft = None
+
+    def _preempt(self, req: ServingRequest) -> None:
+        """Recompute-style preemption (vLLM ``Scheduler._preempt_request``): free the blocks, drop
+        the cache row, keep the output; back to the front of the waiting queue."""
+        self.blocks.free(req)
+        self._drop_rows([req])
+        req.num_computed_tokens = 0
+        self._discard_draft(req)
+        req.status = WAITING
+        req.num_preemptions += 1
+        self.waiting.appendleft(req)
+
+    def schedule(self):
+        """Decide this step's work (vLLM ``Scheduler.schedule``). Returns (decode: {request:
+        number of drafts kept}, prefill: [newly admitted requests], preempted: [requests])."""
+        budget = self.max_num_batched_tokens
+        decode, preempted = {}, []
+        i = 0
+        while i < len(self.running) and budget > 0:
+            req = self.running[i]
+            num_new = req.num_tokens - req.num_computed_tokens  # 1: the last committed token
+            if num_new > budget:
+                break
+            if req.draft is not None and len(req.draft) > budget - num_new:
+                req.draft = _clip(req.draft, budget - num_new)
+            num_spec = 0 if req.draft is None else len(req.draft)
+            while self.blocks.allocate_slots(req, num_new, num_lookahead_tokens=num_spec) is None:
+                victim = self.running.pop()  # the most recently admitted request
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is req:
+                    break
+            if req.status != RUNNING:
+                break
+            decode[req] = num_spec
+            budget -= num_new + num_spec
+            i += 1
+        prefill = []
+        while not preempted and self.waiting and len(self.running) < self.max_num_seqs:
+            req = self.waiting[0]
+            num_new = req.num_tokens - req.num_computed_tokens  # prompt (+ output after a preemption)
+            if num_new > budget or self.blocks.allocate_slots(req, num_new) is None:
+                break
+            self.waiting.popleft()
+            req.status = RUNNING
+            self.running.append(req)
+            prefill.append(req)
+            budget -= num_new
+        return decode, prefill, preempted
+
+    # --- 4. execute, 5. verify and commit --------------------------------------------------------
+
+    def _drop_rows(self, reqs: list) -> None:
+        gone = {id(r) for r in reqs}
+        stay = [j for j, r in enumerate(self.cache_rows) if id(r) not in gone]
+        if len(stay) == len(self.cache_rows):
+            return
+        self.cache_rows = [self.cache_rows[j] for j in stay]
+        if not stay:
+            self.cache = None
+        else:
+            self.cache.select_rows(stay)
+
+    def _join(self, new: RaggedCache, reqs: list) -> None:
+        """The prefilled requests' cache rows join the running batch (left-padded to one width)."""
+        if self.cache is None:
+            self.cache, self.cache_rows = new, list(reqs)
+            return
+        main = self.cache
+        kv.concat_rows(main.cache, new.cache)
+        width = max(main.num_slots, new.num_slots)
+        pad = lambda sp: torch.nn.functional.pad(sp, (width - sp.shape[1], 0), value=-1)  # noqa: E731
+        main.slot_pos = torch.cat([pad(main.slot_pos), pad(new.slot_pos)], dim=0)
+        main.lengths = main.lengths + new.lengths
+        main.forwards += new.forwards
+        main.time_s += new.time_s
+        self.cache_rows = self.cache_rows + list(reqs)
+
+    def _commit(self, req: ServingRequest, emitted: list, kinds: list, num_drafted: int, num_accepted: int,
+                step_s: float, now: float) -> None:
+        row = req.row
+        first = req.num_output_tokens == 0
+        committed_before = req.num_tokens
+        em = row.append(emitted, kinds)
+        if first:  # the prefill's token, as in generate(): no verification step
+            row.stats.prefill_time_s += step_s
+            req.first_token_time, req.first_token_step = now, self.step_count
+            if req.proposer is not None:
+                row.timed(req.proposer.begin, row.state)
+        else:
+            row.stats.record_step(num_drafted, num_accepted, len(em))
+            self.policy.observe(num_drafted, num_accepted)
+            if req.proposer is not None:
+                draft = req.draft if req.draft is not None else Draft.empty(self.device)
+                row.timed(req.proposer.on_verified, row.state, StepOutcome(draft, num_accepted, em))
+        row.stats.target_forwards += 1
+        row.stats.target_time_s += step_s
+        req.emissions.append((now, self.step_count, len(em)))
+        req.num_computed_tokens = committed_before + num_accepted  # every committed token but the last
+        req.draft = None
+
+    def _decode(self, decode: dict) -> tuple:
+        """One forward over the running rows: [last committed] + drafts per scheduled row."""
+        if not decode:
+            return [], 0.0
+        rows_ids = []
+        for req in self.cache_rows:
+            if req in decode:
+                rows_ids.append(req.token_list[req.num_computed_tokens:] + req.spec_token_ids)
+            else:
+                rows_ids.append([])  # over the token budget this step: a padding row
+        t0 = self.cache.time_s
+        out = self.cache.forward(rows_ids)
+        step_s = self.cache.time_s - t0
+        sel = [j for j, req in enumerate(self.cache_rows) if req in decode]
+        reqs = [self.cache_rows[j] for j in sel]
+        drafts = [r.draft if r.draft is not None else Draft.empty(self.device) for r in reqs]
+        logits = out.logits.index_select(0, torch.tensor(sel, device=out.logits.device))
+        emitted, accepted = _verify_rows(logits, drafts, self.sampling, [r.row.state.generator for r in reqs])
+        keep = list(self.cache.lengths)
+        for j, r, a in zip(sel, reqs, accepted):
+            keep[j] = r.num_tokens + a  # roll each row back to its accepted length
+        self.cache.rollback(keep)
+        results = []
+        for r, d, em, a in zip(reqs, drafts, emitted, accepted):
+            n = len(d)
+            kinds = [ACCEPTED] * a + [TARGET if n == 0 else (BONUS if a == n else RECOVERED)]
+            results.append((r, em, kinds, n, a))
+        return results, step_s
+
+    def _prefill(self, reqs: list) -> tuple:
+        """The newly admitted requests in one forward of their own (prompt, or prompt + output after
+        a preemption); each samples its next token; their rows then join the batch."""
+        if not reqs:
+            return [], 0.0
+        new = RaggedCache(self.model, len(reqs), pad_token_id=self.pad_token_id)
+        out = new.forward([r.token_list[r.num_computed_tokens:] for r in reqs], logits_to_keep=1)
+        results = []
+        for b, r in enumerate(reqs):
+            tok = int(next_token(out.logits[b, -1], self.sampling, r.row.state.generator))
+            results.append((r, [tok], [TARGET], 0, 0))
+        self._join(new, reqs)
+        return results, new.time_s
+
+    def step(self) -> StepRecord:
+        """Arrivals, draft, schedule, execute, verify, commit, retire: one engine iteration."""
+        if self._t0 is None:
+            self._t0 = time.perf_counter()
+        t_start = self._now()
+        self._arrive()
+        k = self.policy.choose_k(len(self.running)) if self.running else 0
+        self._draft(k)
+        decode, prefill, preempted = self.schedule()
+        reserved = self.blocks.num_used_blocks
+        for req in self.running:  # a request over the token budget scores no draft this step
+            if req not in decode:
+                self._discard_draft(req)
+        scheduled = sum(1 + n for n in decode.values()) + sum(r.num_tokens - r.num_computed_tokens for r in prefill)
+        decoded, decode_s = self._decode(decode)
+        prefilled, prefill_s = self._prefill(prefill)
+        now = self._now()
+        for r, em, kinds, n, a in decoded:
+            self._commit(r, em, kinds, n, a, decode_s, now)
+        for r, em, kinds, n, a in prefilled:
+            self._commit(r, em, kinds, n, a, prefill_s, now)
+        for r, *_ in decoded + prefilled:
+            self.blocks.trim(r)  # give back the slots only rejected drafts needed
+        self._retire(now)
+        if self.cache is not None:
+            self.cache.maybe_compact(self.compact_fraction)
+        record = StepRecord(self.step_count, len(decode), k, len(prefill), scheduled, len(preempted),
+                            reserved, self.blocks.num_used_blocks, now - t_start)
+        self.log.append(record)
+        if self.check_every_step:
+            self.check()
+        self.step_count += 1
+        return record
+
+    def _retire(self, now: float) -> None:
+        done = [r for r in self.running if r.row.done]
+        if not done:
+            return
+        for r in done:
+            self.blocks.free(r)
+            r.status, r.finish_time, r.finish_step = FINISHED, now, self.step_count
+            r.row.stats.new_tokens = len(r.row.tokens)
+            r.row.stats.wall_time_s = now - r.arrival_time
+            r.proposer = None  # its state is no longer needed
+        self._drop_rows(done)
+        self.running = [r for r in self.running if not r.row.done]
+
+    def check(self) -> None:
+        """Assert that blocks, cache and queues agree (AssertionError otherwise): every running
+        request owns exactly the blocks its computed tokens need and holds exactly those positions
+        in the cache; nobody else owns a block; every request is in exactly one place."""
+        self.blocks.check({r.request_id: r.num_computed_tokens for r in self.running})
+        assert [id(r) for r in self.cache_rows] == [id(r) for r in self.running], \
+            "the cache's rows are not the running requests"
+        if self.cache is not None:
+            got = list(self.cache.lengths)
+            want = [r.num_computed_tokens for r in self.cache_rows]
+            assert got == want, f"cache lengths {got} != computed tokens {want}"
+            live = (self.cache.slot_pos >= 0).sum(1).tolist()
+            assert live == want, f"live cache slots {live} != computed tokens {want}"
+        places = [id(r) for r in self.pending] + [id(r) for r in self.waiting] + [id(r) for r in self.running]
+        assert len(places) == len(set(places)), "a request is in two queues"
+        unfinished = {id(r) for r in self.requests if r.status != FINISHED}
+        assert set(places) == unfinished, "a request is lost (in no queue and not finished)"
+
+    def run(self, max_steps: int | None = None) -> ServingResult:
+        """Step until every submitted request has finished (or ``max_steps`` steps)."""
+        self._t0 = time.perf_counter() if self._t0 is None else self._t0
+        start = self._now()
+        with torch.inference_mode():
+            while self.has_unfinished:
+                if max_steps is not None and len(self.log) >= max_steps:
+                    break
+                self.step()
+        return ServingResult(list(self.requests), list(self.log), self._now() - start, self.blocks, self.policy)
+
+
+def serve(model, prompts, proposer: Proposer | None = None, policy: SpeculationPolicy | None = None,
+          max_new_tokens=128, arrival_steps=None, **config) -> ServingResult:
+    """Run a list of prompts (1-D LongTensors) through a :class:`Scheduler`; arrival_steps: one per
+    prompt (default: all at step 0); max_new_tokens: int or one per prompt; config: Scheduler's
+    keyword arguments."""
+    prompts = list(prompts)
+    budgets = list(max_new_tokens) if isinstance(max_new_tokens, (list, tuple)) else [max_new_tokens] * len(prompts)
+    arrivals = [0] * len(prompts) if arrival_steps is None else list(arrival_steps)
+    if len(budgets) != len(prompts) or len(arrivals) != len(prompts):
+        raise ValueError(f"{len(prompts)} prompts but {len(budgets)} max_new_tokens and {len(arrivals)} arrival steps")
+    sched = Scheduler(model, proposer, policy, **config)
+    for p, m, a in zip(prompts, budgets, arrivals):
+        sched.add_request(p, m, int(a))
+    return sched.run()

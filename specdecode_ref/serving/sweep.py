@@ -1,0 +1,154 @@
+"""A load sweep: the scheduler at several loads, with speculation off, on and adaptive.
+
+A load is a concurrency level: at most that many requests run at once (vLLM's ``max_num_seqs``,
+or ``vllm bench serve --max-concurrency``); all requests are submitted at step 0 (or with seeded
+Poisson arrivals, ``arrival_rate`` requests per step), so TTFT includes the time spent waiting for
+a place in the batch. Each (load, policy) run serves the same prompts with its own copy of the
+proposer; the policies run one after another per load and repeat, so slow drifts of the machine
+touch all of them alike. One row per run: throughput, TTFT and ITL percentiles, acceptance and
+vLLM's counters (metrics.py).
+
+    python -m specdecode_ref.serving.sweep --loads 1,4,16 --requests 16 --max-new-tokens 64
+
+prints the table and writes it as CSV (``--out``). Timings mean something only on a quiet machine
+(``measure.timing.check_quiet``).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from ..proposers.batch import fork
+from .policies import POLICIES, make_policy
+from .scheduler import Scheduler, poisson_arrivals
+
+
+def _proposer(proposer, k: int):
+    if proposer is None:
+        from ..proposers import NgramProposer
+
+        return NgramProposer(k=k)
+    return fork(proposer)
+
+
+def run_once(model, prompts, policy: str, load: int, proposer=None, k: int = 4, max_new_tokens: int = 64,
+             arrival_rate: float | None = None, num_blocks: int = 512, block_size: int = 16,
+             max_num_batched_tokens: int | None = None, cost=None, seed: int = 0, check: bool = False,
+             **scheduler_kwargs) -> dict:
+    """Serve ``prompts`` (1-D LongTensors) at concurrency ``load`` under ``policy`` ("off", "on",
+    "adaptive"); returns the metrics row (serving_metrics) with load, policy and k added.
+
+    proposer: drafts for every request (a copy per request; default n-gram with this k).
+    cost: T(B, n) for the adaptive policy (policies.roofline_cost / surface_cost; default roofline).
+    """
+    prop = _proposer(proposer, k)
+    kwargs = {"cost": cost} if (policy == "adaptive" and cost is not None) else {}
+    pol = make_policy(policy, k, **kwargs)
+    longest = max(p.numel() for p in prompts) + max_new_tokens
+    budget = max_num_batched_tokens or max(2048, longest)
+    sched = Scheduler(model, None if policy == "off" else prop, pol, num_blocks=num_blocks, block_size=block_size,
+                      max_num_batched_tokens=budget, max_num_seqs=int(load), seed=seed, check_every_step=check,
+                      **scheduler_kwargs)
+    arrivals = [0] * len(prompts) if arrival_rate is None else poisson_arrivals(len(prompts), arrival_rate, seed)
+    for p, a in zip(prompts, arrivals):
+        sched.add_request(p, max_new_tokens, a)
+    result = sched.run()
+    row = {"load": int(load), "policy": policy, "k": k}
+    row.update(result.metrics())
+    row["outputs"] = result.outputs()
+    return row
+
+
+def run_sweep(model, prompts, loads=(1, 4, 16), policies=POLICIES, k: int = 4, max_new_tokens: int = 64,
+              repeats: int = 1, warmup: bool = True, proposer=None, **run_kwargs):
+    """The scheduler at every load under every policy; returns a pandas DataFrame, one row per run
+    (columns: load, policy, k, repeat, throughput_tok_s, ttft_p50_s, ttft_p99_s, itl_p50_s,
+    itl_p99_s, acceptance_rate, tau, spec_decode_num_* ...; ``same_as_off``: the run's outputs
+    equal the "off" run's at that load, the lossless check, greedy; ``requests_differing``: how
+    many requests differ, which in bf16 can be a few: a (k+1)-token forward rounds differently
+    from a 1-token one, and a near-tie between two tokens can flip)."""
+    import pandas as pd
+
+    for p in policies:
+        make_policy(p, k)  # a clear error before any work
+    prompts = list(prompts)
+    if warmup:  # one-time costs (allocator, kernels) stay out of the first timed run
+        run_once(model, prompts[:1], "on" if "on" in policies else policies[0], 1, proposer, k, min(max_new_tokens, 8),
+                 **run_kwargs)
+    rows = []
+    for r in range(repeats):
+        for load in loads:
+            outputs = {}
+            for policy in policies:
+                row = run_once(model, prompts, policy, load, proposer, k, max_new_tokens, **run_kwargs)
+                outputs[policy] = row.pop("outputs")
+                row["repeat"] = r
+                rows.append(row)
+            reference = outputs.get("off")
+            for row in rows[-len(policies):]:
+                mine = outputs[row["policy"]]
+                row["same_as_off"] = None if reference is None else mine == reference
+                row["requests_differing"] = (None if reference is None
+                                             else sum(a != b for a, b in zip(mine, reference)))
+    return pd.DataFrame(rows)
+
+
+def summary_table(df):
+    """Median over repeats per (load, policy): the columns a serving dashboard shows."""
+    cols = ["throughput_tok_s", "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s", "tpot_mean_s",
+            "acceptance_rate", "tau", "mean_k", "mean_batch_size", "preemptions"]
+    return df.groupby(["load", "policy"], sort=True)[cols].median().reset_index()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m specdecode_ref.serving.sweep",
+                                description="Serve the benchmark prompts at several loads with speculation "
+                                            "off / on / adaptive (n-gram drafting); prints a table.")
+    p.add_argument("--loads", default="1,4,16", help="concurrency levels, comma-separated")
+    p.add_argument("--policies", default=",".join(POLICIES))
+    p.add_argument("--requests", type=int, default=16, help="prompts taken from the input-grounded pool")
+    p.add_argument("--pool", default="input_grounded", choices=["input_grounded", "chat"])
+    p.add_argument("--k", type=int, default=4)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--arrival-rate", type=float, default=None, help="Poisson arrivals per step (default: all at once)")
+    p.add_argument("--num-blocks", type=int, default=512)
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--knee", type=float, default=16.0, help="roofline knee (tokens) of the adaptive policy's cost model")
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--dtype", default="bf16", choices=["fp32", "bf16"])
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--out", default=None, help="CSV file for the per-run rows")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    import pandas as pd
+
+    from ..measure.batch_bench import prompt_pool
+    from ..models import load_model
+    from .policies import roofline_cost
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, tok = load_model(dtype=args.dtype)
+    pool = prompt_pool(tok, args.pool)
+    prompts = [pool[i % len(pool)] for i in range(args.requests)]
+    df = run_sweep(model, prompts, loads=[int(x) for x in args.loads.split(",")],
+                   policies=[x.strip() for x in args.policies.split(",")], k=args.k,
+                   max_new_tokens=args.max_new_tokens, repeats=args.repeats, arrival_rate=args.arrival_rate,
+                   num_blocks=args.num_blocks, block_size=args.block_size, cost=roofline_cost(args.knee))
+    with pd.option_context("display.width", 200, "display.max_columns", 30):
+        print(summary_table(df).round(4).to_string(index=False))
+    if not df.same_as_off.dropna().all():
+        print("WARNING: a policy's outputs differ from plain decoding (bf16 near-ties can do that)")
+    if args.out:
+        df.to_csv(args.out, index=False)
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

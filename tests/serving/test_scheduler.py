@@ -1,0 +1,243 @@
+"""The serving scheduler: continuous batching with speculation, block accounting, preemption, policies.
+
+Greedy (fp32): every request's output equals plain greedy decoding of that request alone, through
+Poisson arrivals, joins, recompute preemptions and a KV pool too small for the load, while the
+block pool, the cache and the queues agree after every step (Scheduler.check). Planted bugs
+(rejected-draft slots never given back, a preempted request keeping its blocks, a row not rolled
+back) are each caught. Policies: off never drafts, on always does, adaptive turns drafting off at
+a large batch when acceptance is low (the cost model, no timing).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specdecode_ref import autoregressive_generate, chat_ids
+from specdecode_ref.proposers import Draft, NgramProposer, Proposer
+from specdecode_ref.serving import scheduler as sched_mod
+from specdecode_ref.serving.blocks import BlockManager
+from specdecode_ref.serving.metrics import serving_metrics
+from specdecode_ref.serving.policies import AdaptivePolicy, AlwaysOff, AlwaysOn, roofline_cost
+from specdecode_ref.serving.scheduler import Scheduler, poisson_arrivals, serve
+from specdecode_ref.serving.sweep import run_sweep
+from specdecode_ref.serving.vllm_runner import ACCEPTED_TOKENS, DRAFT_TOKENS, DRAFTS
+
+
+VOCAB = 64
+EOS = 7  # some requests stop early at this token
+
+
+class AlwaysDrafts(Proposer):
+    """Drafts k tokens every step (a counting pattern the random model rarely accepts)."""
+
+    def propose(self, state):
+        last = state.token_list[-1]
+        return Draft(torch.tensor([(last + 1 + i) % VOCAB for i in range(self.k)], dtype=torch.long))
+
+
+def _workload(n: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(0, VOCAB, (int(torch.randint(2, 24, (1,), generator=g)),), generator=g) for _ in range(n)]
+    budgets = [int(torch.randint(1, 24, (1,), generator=g)) for _ in range(n)]
+    return prompts, budgets
+
+
+@pytest.fixture(scope="module")
+def load(tiny_model):
+    """Two hundred requests, their Poisson arrivals and each one's plain greedy output alone."""
+    prompts, budgets = _workload(200)
+    arrivals = poisson_arrivals(len(prompts), rate_per_step=0.6, seed=1)
+    refs = [autoregressive_generate(tiny_model, p, max_new_tokens=m, eos_token_id=EOS).tokens.tolist()
+            for p, m in zip(prompts, budgets)]
+    return prompts, budgets, arrivals, refs
+
+
+def _scheduler(model, proposer=None, policy=None, **kw):
+    config = dict(num_blocks=20, block_size=4, max_num_batched_tokens=64, max_num_seqs=8, eos_token_id=EOS,
+                  check_every_step=True)
+    config.update(kw)
+    return Scheduler(model, proposer, policy, **config)
+
+
+def _run(sched, prompts, budgets, arrivals):
+    for p, m, a in zip(prompts, budgets, arrivals):
+        sched.add_request(p, m, a)
+    return sched.run()
+
+
+# --- (a) many requests, a small KV pool: lossless, no leak, preemption happens -----------------
+
+@pytest.mark.parametrize("policy", ["off", "on", "adaptive"])
+def test_poisson_load_with_preemption_is_lossless(tiny_model, load, policy):
+    prompts, budgets, arrivals, refs = load
+    proposer = NgramProposer(k=4)
+    pol = {"off": AlwaysOff(), "on": AlwaysOn(4), "adaptive": AdaptivePolicy(4, cost=roofline_cost(12))}[policy]
+    sched = _scheduler(tiny_model, None if policy == "off" else proposer, pol)
+    result = _run(sched, prompts, budgets, arrivals)  # check() after every step
+    assert result.num_preemptions > 0, "the pool should be too small for the load"
+    assert sched.blocks.num_free_blocks == sched.blocks.num_blocks and not sched.blocks.tables
+    sched.blocks.check({})
+    bad = [i for i, (r, ref) in enumerate(zip(result.requests, refs)) if r.output != ref]
+    assert not bad, f"requests {bad[:5]} differ from plain greedy decoding alone"
+    assert any(r.row.finish == "eos" for r in result.requests)
+    m = serving_metrics(result)
+    assert m["output_tokens"] == sum(len(r) for r in refs)
+    if policy == "on":
+        assert m[DRAFTS.removeprefix("vllm:")] > 0 and m["spec_decode_num_accepted_tokens"] > 0
+
+
+def test_draft_slots_are_reserved_then_given_back(tiny_model):
+    """Drafts ride as lookahead: reserved before the forward, trimmed to the accepted length after."""
+    prompts, budgets = _workload(6, seed=3)
+    sched = _scheduler(tiny_model, AlwaysDrafts(4), AlwaysOn(4), num_blocks=64)
+    reserved = []
+    real = sched.blocks.allocate_slots
+
+    def spy(request, num_new_tokens, num_lookahead_tokens=0):
+        reserved.append(num_lookahead_tokens)
+        return real(request, num_new_tokens, num_lookahead_tokens)
+
+    sched.blocks.allocate_slots = spy
+    _run(sched, prompts, budgets, [0] * len(prompts))
+    assert max(reserved) == 4
+
+
+# --- (b) the embedded model with n-gram speculation ------------------------------------------
+
+@pytest.mark.embedded
+def test_embedded_model_ngram_serving_is_lossless(embedded):
+    from specdecode_ref.measure.workloads import load_workloads
+
+    model, tok = embedded
+    wl = load_workloads(["qa", "math"], per_category=2)  # short prompts: 45-85 tokens
+    prompts = [chat_ids(tok, item["messages"]) for items in wl.values() for item in items]
+    prompts.append(chat_ids(tok, "Repeat exactly: one two three, one two three, one two three."))
+    budgets = [16, 12, 16, 14, 16]
+    refs = [autoregressive_generate(model, p, max_new_tokens=m).tokens.tolist() for p, m in zip(prompts, budgets)]
+    # 18 blocks of 8 slots: two or three requests fit, then their growth forces a preemption.
+    result = serve(model, prompts, NgramProposer(k=4), AlwaysOn(4), max_new_tokens=budgets,
+                   arrival_steps=[0, 0, 1, 2, 3], num_blocks=18, block_size=8,
+                   max_num_batched_tokens=512, max_num_seqs=4, check_every_step=True)
+    assert [r.output for r in result.requests] == refs
+    m = result.metrics()
+    assert m["spec_decode_num_accepted_tokens"] > 0 and m["preemptions"] > 0
+
+
+# --- (c) policies --------------------------------------------------------------------------
+
+def test_off_never_drafts_and_on_always_drafts(tiny_model):
+    prompts, budgets = _workload(12, seed=5)
+    arrivals = poisson_arrivals(len(prompts), 1.0, seed=0)
+    off = _run(_scheduler(tiny_model, AlwaysDrafts(3), AlwaysOff()), prompts, budgets, arrivals)
+    assert sum(r.stats.drafted for r in off.requests) == 0 and all(s.k == 0 for s in off.steps)
+    on = _run(_scheduler(tiny_model, AlwaysDrafts(3), AlwaysOn(3), num_blocks=64),
+              prompts, budgets, arrivals)
+    for r in on.requests:  # every verification step drafted, as far as the token budget allowed
+        limits = [min(3, r.max_new_tokens - 1 - i) for i in _outputs_before_each_step(r)]
+        assert r.stats.draft_lengths == limits
+    m = on.metrics()
+    assert m[DRAFT_TOKENS.removeprefix("vllm:")] == sum(r.stats.drafted for r in on.requests)
+    assert m[ACCEPTED_TOKENS.removeprefix("vllm:")] == sum(r.stats.accepted for r in on.requests)
+
+
+def _outputs_before_each_step(r):
+    """Output tokens a request held before each of its verification steps (no preemption here)."""
+    counts, held = [], 0
+    for _, _, n in r.emissions:
+        if held:
+            counts.append(held)
+        held += n
+    return counts
+
+
+def test_adaptive_turns_speculation_off_at_large_batch_when_acceptance_is_low():
+    cost = roofline_cost(knee_tokens=16)
+    low = AdaptivePolicy(4, cost=cost, prior_weight=1.0, probe_every=0)
+    for _ in range(50):
+        low.observe(4, 1)  # one drafted token in four is accepted
+    assert 0.2 < low.alpha < 0.3
+    assert low.choose_k(1) > 0  # one request: the forward is memory-bound, drafting is free
+    assert low.choose_k(64) == 0  # a full batch: every rejected draft costs compute
+    high = AdaptivePolicy(4, cost=cost, prior_weight=1.0, probe_every=0)
+    for _ in range(50):
+        high.observe(4, 4)
+    assert high.choose_k(12) > 0 and low.choose_k(12) == 0  # at a medium batch acceptance decides
+    assert high.choose_k(1) == 4
+
+
+def test_adaptive_probes_when_off_and_recovers():
+    pol = AdaptivePolicy(4, cost=roofline_cost(16), prior_weight=1.0, probe_every=5, decay=0.5)
+    for _ in range(20):
+        pol.observe(4, 0)
+    ks = [pol.choose_k(12) for _ in range(10)]
+    assert ks.count(1) == 2 and set(ks) == {0, 1}  # a one-token probe every 5 steps
+    for _ in range(20):
+        pol.observe(1, 1)
+    assert pol.choose_k(12) > 0
+
+
+def test_adaptive_in_the_scheduler_stops_drafting_rejected_drafts_at_batch(tiny_model):
+    prompts, budgets = _workload(24, seed=7)
+    budgets = [20] * len(prompts)
+    pol = AdaptivePolicy(3, cost=roofline_cost(knee_tokens=4), prior_alpha=0.5, prior_weight=2.0, probe_every=0)
+    result = _run(_scheduler(tiny_model, AlwaysDrafts(3), pol, num_blocks=200, max_num_seqs=8),
+                  prompts, budgets, [0] * len(prompts))
+    late = [s for s in result.steps if s.batch_size >= 4][-10:]
+    assert late and all(s.k == 0 for s in late)  # random drafts are rejected: off at batch 4+
+    assert any(s.k > 0 for s in result.steps)  # it did try
+
+
+# --- (d) planted bugs are caught ---------------------------------------------------------------
+
+def test_planted_bug_rejected_draft_slots_not_given_back(tiny_model, load, monkeypatch):
+    prompts, budgets, arrivals, _ = load
+    monkeypatch.setattr(BlockManager, "trim", lambda self, request, num_tokens=None: [])
+    with pytest.raises(AssertionError, match="owns"):
+        _run(_scheduler(tiny_model, NgramProposer(k=4), AlwaysOn(4)), prompts[:40], budgets[:40], arrivals[:40])
+
+
+def test_planted_bug_preempted_request_keeps_its_blocks(tiny_model, load, monkeypatch):
+    prompts, budgets, arrivals, _ = load
+    real = Scheduler._preempt
+
+    def leaky(self, req):
+        real(self, req)
+        self.blocks.tables[req.request_id] = [self.blocks._free.pop()]  # "forgot" to give one back
+        self.blocks._owner[self.blocks.tables[req.request_id][0]] = req.request_id
+
+    monkeypatch.setattr(Scheduler, "_preempt", leaky)
+    with pytest.raises(AssertionError, match="own"):
+        _run(_scheduler(tiny_model, NgramProposer(k=4), AlwaysOn(4)), prompts[:60], budgets[:60], arrivals[:60])
+
+
+def test_planted_bug_row_not_rolled_back(tiny_model, load, monkeypatch):
+    prompts, budgets, arrivals, _ = load
+    monkeypatch.setattr(sched_mod.RaggedCache, "rollback", lambda self, keep: None)
+    with pytest.raises(AssertionError, match="cache lengths|live cache slots"):
+        _run(_scheduler(tiny_model, AlwaysDrafts(3), AlwaysOn(3)), prompts[:20], budgets[:20],
+             arrivals[:20])
+
+
+# --- errors and the sweep ------------------------------------------------------------------
+
+def test_clear_errors(tiny_model):
+    with pytest.raises(ValueError, match="could never finish"):
+        Scheduler(tiny_model, num_blocks=2, block_size=4).add_request(torch.arange(10), 10)
+    with pytest.raises(ValueError, match="token budget"):
+        Scheduler(tiny_model, max_num_batched_tokens=8).add_request(torch.arange(10), 10)
+    with pytest.raises(ValueError, match="no proposer"):
+        Scheduler(tiny_model, None, AlwaysOn(2))
+    with pytest.raises(ValueError, match="more drafts"):
+        Scheduler(tiny_model, NgramProposer(k=2), AlwaysOn(4))
+
+
+def test_sweep_table(tiny_model):
+    prompts, _ = _workload(6, seed=9)
+    df = run_sweep(tiny_model, prompts, loads=(1, 4), k=3, max_new_tokens=8, warmup=False, num_blocks=64,
+                   block_size=4)
+    assert set(df.policy) == {"off", "on", "adaptive"} and set(df.load) == {1, 4}
+    assert df.same_as_off.all()
+    for col in ("throughput_tok_s", "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s", "acceptance_rate",
+                "spec_decode_num_drafts", "spec_decode_num_accepted_tokens_per_pos"):
+        assert col in df.columns
+    assert (df[df.policy == "off"].spec_decode_num_draft_tokens == 0).all()
