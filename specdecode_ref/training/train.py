@@ -29,8 +29,8 @@ from .medusa import hydra_batch, hydra_loss_fn, medusa_accuracy, medusa_batch, m
 
 __all__ = ["TrainResult", "fit", "evaluate", "save_curve", "combine_stages", "draft_loss_fn", "train_draft",
            "exit_hidden_states", "early_exit_loss_fn", "train_early_exit", "best_exit", "medusa_batch",
-           "medusa_loss_fn", "hydra_batch", "hydra_loss_fn", "medusa_accuracy", "train_medusa", "eagle_batch", "unrolled_mask", "eagle_loss_fn",
-           "evaluate_eagle", "train_eagle", "write_eagle", "main"]
+           "medusa_loss_fn", "hydra_batch", "hydra_loss_fn", "medusa_accuracy", "train_medusa", "eagle_batch",
+           "unrolled_mask", "eagle_loss_fn", "evaluate_eagle", "train_eagle", "write_eagle", "main"]
 
 if __name__ == "__main__":
     main()
