@@ -46,7 +46,7 @@ tree_acceptance="typical")`` gives Medusa's own *typical acceptance* instead (ve
 it accepts more, but it is LOSSY -- the output no longer follows the target's distribution.
 
 **Hydra: sequentially dependent heads** (Ankner et al., 2024, "Hydra: Sequentially-Dependent Draft
-Heads for Medusa Decoding"; zankner/hydra, ``hydra/model/hydra_heads/mlp_head.py``). Option
+Heads for Medusa Decoding"; zankner/Hydra, ``hydra/model/hydra_heads/``). Option
 ``hydra=True`` of the same family. A Medusa head guesses position N+i from the feature alone;
 a Hydra head also reads the tokens *before* the one it guesses: the bonus token b (position N-1)
 and the tokens the earlier heads drafted on its path (positions N..N+i-1). Head i's input is the
@@ -113,7 +113,7 @@ class HydraHead(torch.nn.Module):
     """One Hydra head: ``h + Out(SiLU(In([h; E(x_1); ...; E(x_n)])))``, then ``num_layers - 1`` ResBlocks.
 
     h: the target's feature [..., H]; the x's: the n = index + 1 tokens before the predicted one.
-    zankner/hydra's first block is ``R(x) + SiLU(L(x))`` with two full (n+1)·H x H linears on the
+    zankner/Hydra's first (MLP-head) block is ``R(x) + SiLU(L(x))`` with two full (n+1)·H x H linears on the
     concatenation x. Here the residual is the feature h itself and the concatenation passes through a
     ``width``-wide bottleneck: for SmolLM2 (H = 576) three heads then weigh ~3.5 MB in bf16 instead
     of ~12 MB. ``Out`` starts at zero, so an untrained head starts as the identity on h (as a
