@@ -45,6 +45,20 @@ from the residual), which keeps the target's distribution exactly. ``generate(..
 tree_acceptance="typical")`` gives Medusa's own *typical acceptance* instead (verify.typical_accept):
 it accepts more, but it is LOSSY -- the output no longer follows the target's distribution.
 
+**Hydra: sequentially dependent heads** (Ankner et al., 2024, "Hydra: Sequentially-Dependent Draft
+Heads for Medusa Decoding"; zankner/Hydra, ``hydra/model/hydra_heads/``). Option
+``hydra=True`` of the same family. A Medusa head guesses position N+i from the feature alone;
+a Hydra head also reads the tokens *before* the one it guesses: the bonus token b (position N-1)
+and the tokens the earlier heads drafted on its path (positions N..N+i-1). Head i's input is the
+concatenation ``[feature, E(b), E(d_0), ..., E(d_{i-1})]`` ((i+2)·H numbers, E = the target's input
+embeddings, shared and frozen), and an MLP turns it into the feature the lm_head reads. So a
+tree node's children depend on the path to it: drafting evaluates head d once per node at depth d
+(batched over the nodes of that depth), and a chain is the one-path case. Read :class:`HydraHeads`
+for the head itself and how it departs from the paper's, to fit the course's weight budget.
+Trees are still chosen by :func:`derive_choices`: a Hydra head's rank accuracies are measured with
+the true tokens on its path, i.e. *given that the path so far is right* -- exactly the factor the
+derivation multiplies along a path (and no longer an independence assumption).
+
 Counterparts: FasterDecoding/Medusa (``medusa_model.py``: ResBlock, heads; ``utils.py``:
 ``generate_medusa_buffers``, ``evaluate_posterior`` for typical acceptance); vLLM
 ``vllm/model_executor/models/medusa.py`` and ``vllm/v1/spec_decode/medusa.py``.
@@ -63,6 +77,7 @@ from .shipped import (WEIGHTS_DIR, load_weights, require_embedded, require_file,
 from .vocab import VocabHead
 
 MEDUSA_WEIGHTS = WEIGHTS_DIR / "smollm2-135m-medusa.safetensors"
+HYDRA_WEIGHTS = WEIGHTS_DIR / "smollm2-135m-hydra.safetensors"  # written by `training medusa --hydra`
 DEFAULT_TREE_NODES = 8  # the default node budget of a derived tree (load_medusa_proposer)
 
 
@@ -92,6 +107,62 @@ class MedusaHeads(torch.nn.Module):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         return torch.stack([head(h) for head in self.heads], dim=-2)
+
+
+class HydraHead(torch.nn.Module):
+    """One Hydra head: ``h + Out(SiLU(In([h; E(x_1); ...; E(x_n)])))``, then ``num_layers - 1`` ResBlocks.
+
+    h: the target's feature [..., H]; the x's: the n = index + 1 tokens before the predicted one.
+    zankner/Hydra's first (MLP-head) block is ``R(x) + SiLU(L(x))`` with two full (n+1)·H x H linears on the
+    concatenation x. Here the residual is the feature h itself and the concatenation passes through a
+    ``width``-wide bottleneck: for SmolLM2 (H = 576) three heads then weigh ~3.5 MB in bf16 instead
+    of ~12 MB. ``Out`` starts at zero, so an untrained head starts as the identity on h (as a
+    Medusa ResBlock does).
+    """
+
+    def __init__(self, hidden_size: int, index: int, num_layers: int = 1, width: int = 256):
+        super().__init__()
+        self.num_inputs = index + 1
+        self.mix = torch.nn.Linear((self.num_inputs + 1) * hidden_size, width)
+        self.out = torch.nn.Linear(width, hidden_size)
+        torch.nn.init.zeros_(self.out.weight)
+        torch.nn.init.zeros_(self.out.bias)
+        self.blocks = torch.nn.Sequential(*[ResBlock(hidden_size) for _ in range(num_layers - 1)])
+
+    def forward(self, h: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
+        """h [..., H], prev [..., num_inputs, H] (embeddings, oldest first) -> [..., H]."""
+        if prev.shape[-2] != self.num_inputs:
+            raise ValueError(f"this head reads the {self.num_inputs} tokens before the one it predicts, "
+                             f"got {prev.shape[-2]}")
+        x = torch.cat([h, prev.flatten(-2)], dim=-1)
+        return self.blocks(h + self.out(torch.nn.functional.silu(self.mix(x))))
+
+
+class HydraHeads(torch.nn.Module):
+    """``num_heads`` Hydra heads (see :class:`HydraHead`); head i predicts i+2 places after the
+    feature's position, reading the feature and the embeddings of the i+1 tokens in between.
+
+    forward (teacher forcing): h [..., H] and prev [..., num_heads, H], the embeddings of the tokens
+    right after the feature's position -> [..., num_heads, H]; head i reads prev[..., :i+1, :].
+    :meth:`head` runs one head, as drafting does (head i needs head i-1's token first).
+    """
+
+    def __init__(self, hidden_size: int, num_heads: int = 3, num_layers: int = 1, width: int = 256):
+        super().__init__()
+        if num_heads < 1 or num_layers < 1 or width < 1:
+            raise ValueError(f"num_heads, num_layers and width must be >= 1, got {num_heads}, {num_layers}, {width}")
+        self.hidden_size, self.num_heads, self.num_layers = int(hidden_size), int(num_heads), int(num_layers)
+        self.width = int(width)
+        self.heads = torch.nn.ModuleList(HydraHead(hidden_size, i, num_layers, width) for i in range(num_heads))
+
+    def head(self, i: int, h: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
+        """Head i on features h [..., H] and prev [..., i+1, H] -> [..., H]."""
+        return self.heads[i](h, prev)
+
+    def forward(self, h: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
+        if prev.shape[-2] < self.num_heads:
+            raise ValueError(f"prev must hold the embeddings of {self.num_heads} tokens, got {prev.shape[-2]}")
+        return torch.stack([head(h, prev[..., : i + 1, :]) for i, head in enumerate(self.heads)], dim=-2)
 
 
 def project(target, features: torch.Tensor) -> torch.Tensor:
@@ -152,12 +223,18 @@ def expected_accepted(head_rank_accuracy, choices) -> float:
 
 # ---- weights ----------------------------------------------------------------------------------
 
-def save_medusa_heads(heads: MedusaHeads, path=MEDUSA_WEIGHTS, meta: dict | None = None, target=None) -> Path:
-    """Write the heads (bf16) with their shape, and ``meta`` (e.g. ``rank_accuracy``, ``top1``,
-    ``top5`` per head, ``choices``: lists are stored as JSON) in the safetensors metadata. With
-    ``target`` also the shape of the target they were trained for (checked on load)."""
+def save_medusa_heads(heads, path=MEDUSA_WEIGHTS, meta: dict | None = None, target=None) -> Path:
+    """Write the heads (MedusaHeads or HydraHeads, bf16) with their shape and kind (``hydra``), and
+    ``meta`` (e.g. ``rank_accuracy``, ``top1``, ``top5`` per head, ``choices``: lists are stored as
+    JSON) in the safetensors metadata. With ``target`` also the shape of the target they were
+    trained for (checked on load)."""
     meta = {k: (json.dumps(v) if isinstance(v, (list, dict, tuple)) else v) for k, v in (meta or {}).items()}
     meta.update(num_heads=heads.num_heads, num_layers=heads.num_layers, hidden_size=heads.hidden_size)
+    hydra = isinstance(heads, HydraHeads)
+    meta["hydra"] = json.dumps(hydra)
+    meta.pop("hydra_width", None)
+    if hydra:
+        meta["hydra_width"] = heads.width
     if target is not None:
         meta.update(target_vocab_size=target.config.vocab_size, target_layers=target.config.num_hidden_layers)
     return save_weights(heads.state_dict(), path, meta)
@@ -174,13 +251,14 @@ def medusa_metadata(path=MEDUSA_WEIGHTS) -> dict:
     return out
 
 
-def load_medusa_heads(target, path=MEDUSA_WEIGHTS) -> MedusaHeads:
-    """Heads from ``path`` (default: the shipped ones, trained for the embedded SmolLM2-135M) on the
-    target's device and dtype, frozen."""
+def load_medusa_heads(target, path=MEDUSA_WEIGHTS):
+    """Heads from ``path`` (default: the shipped Medusa heads, trained for the embedded SmolLM2-135M)
+    on the target's device and dtype, frozen: HydraHeads if the file's metadata says ``hydra``,
+    else MedusaHeads."""
     path = Path(path)
-    if path.resolve() == MEDUSA_WEIGHTS.resolve():
+    if path.resolve() in (MEDUSA_WEIGHTS.resolve(), HYDRA_WEIGHTS.resolve()):
         require_embedded(target, "Medusa heads")
-    require_file(path, "medusa")
+    require_file(path, "medusa --hydra" if path.resolve() == HYDRA_WEIGHTS.resolve() else "medusa")
     meta = medusa_metadata(path)
     hidden = int(meta["hidden_size"])
     if hidden != target.config.hidden_size or \
@@ -188,7 +266,10 @@ def load_medusa_heads(target, path=MEDUSA_WEIGHTS) -> MedusaHeads:
         raise ValueError(f"{path.name} holds Medusa heads for a target with hidden size {hidden} and vocabulary "
                          f"{meta.get('target_vocab_size', '?')}; this target has {target.config.hidden_size} and "
                          f"{target.config.vocab_size}: heads read one model's features, train them for yours")
-    heads = MedusaHeads(hidden, int(meta["num_heads"]), int(meta["num_layers"]))
+    if meta.get("hydra", False) is True:
+        heads = HydraHeads(hidden, int(meta["num_heads"]), int(meta["num_layers"]), int(meta["hydra_width"]))
+    else:
+        heads = MedusaHeads(hidden, int(meta["num_heads"]), int(meta["num_layers"]))
     param = next(target.parameters())
     heads.load_state_dict(load_weights(path))
     return heads.to(param.device, param.dtype).eval().requires_grad_(False)
@@ -278,9 +359,76 @@ class MedusaProposer(Proposer):
         return f"MedusaProposer(k={self.k}, heads={self.num_heads}, {mode}, draft_vocab={self.head.size})"
 
 
+class HydraProposer(MedusaProposer):
+    """Drafts with Hydra heads (module docstring): head i reads the feature, the bonus token and the
+    i tokens drafted before it on its path.
+
+    Chain mode (``choices=None``): head 0 on [b], then head 1 on [b, d_0], ... (one head call per
+    token, since each needs the previous token). Tree mode: for depth d = 1, 2, ..., head d-1 runs
+    once, batched over the depth-(d-1) nodes that have children (the root first), each row reading
+    the tokens on the path to its node; a child is its parent's ``rank``-th candidate. Arguments and
+    ``Draft`` as :class:`MedusaProposer` (deterministic, ``probs`` None).
+    """
+
+    name = "hydra"
+
+    def __init__(self, target, heads: HydraHeads, k: int | None = None, choices=None, draft_vocab=None):
+        if not isinstance(heads, HydraHeads):
+            raise TypeError(f"HydraProposer needs HydraHeads, got {type(heads).__name__}: use MedusaProposer")
+        super().__init__(target, heads, k=k, choices=choices, draft_vocab=draft_vocab)
+        self.embed = target.get_input_embeddings().weight  # E: the target's token embeddings, frozen
+        self._levels = [] if self.tree is None else self._plan_levels()
+
+    def _plan_levels(self) -> list:
+        """Per depth d: (path [U, d-1] node indices to each parent, root side first; children [m];
+        row of each child's parent in path [m]; rank of each child [m]; candidates to take)."""
+        parents, depths, ranks = self.tree.parents.tolist(), self._depths.tolist(), self.tree.ranks.tolist()
+        levels = []
+        for d in range(1, max(depths) + 1):
+            children = [c for c in range(len(parents)) if depths[c] == d]
+            heads_of = list(dict.fromkeys(parents[c] for c in children))  # parents in first-seen order
+            path = [[] if u == trees.ROOT else trees.path_to(self.tree.parents, u) for u in heads_of]
+            levels.append((torch.tensor(path, dtype=torch.long).reshape(len(heads_of), d - 1),
+                           torch.tensor(children, dtype=torch.long),
+                           torch.tensor([heads_of.index(parents[c]) for c in children], dtype=torch.long),
+                           torch.tensor([ranks[c] for c in children], dtype=torch.long),
+                           max(ranks[c] for c in children) + 1))
+        return levels
+
+    def path_logits(self, feature: torch.Tensor, paths: torch.Tensor) -> torch.Tensor:
+        """Logits [n, draft vocab] of head d-1 for n paths [n, d] of token ids (the bonus token
+        first, then the drafted tokens before the predicted one), all from one feature [H]."""
+        n, d = paths.shape
+        h = feature.to(self.head.weight.dtype).expand(n, -1)
+        prev = self.embed[paths].to(self.head.weight.dtype)
+        return self.head.logits(self.heads.head(d - 1, h, prev))
+
+    def propose(self, state: DecodeState) -> Draft:
+        if self._feature is None:
+            raise RuntimeError("propose() before begin()")
+        device = self._device
+        bonus = torch.tensor([state.token_list[-1]], dtype=torch.long, device=device)  # position N-1
+        if self.tree is None:
+            path = bonus
+            for _ in range(min(self.k, self.num_heads)):
+                best = self.head.to_token(self.path_logits(self._feature, path[None]).argmax(-1))
+                path = torch.cat([path, best.long().to(device)])
+            return Draft(path[1:])
+        tokens = torch.zeros(len(self.tree.choices), dtype=torch.long, device=device)
+        for path, children, row, rank, take in self._levels:
+            paths = torch.cat([bonus.expand(path.shape[0], 1), tokens[path.to(device)]], dim=1)
+            top = self.head.to_token(self.path_logits(self._feature, paths).topk(take, dim=-1).indices)
+            tokens[children.to(device)] = top[row.to(device), rank.to(device)].long()
+        return Draft(tokens, None, self.tree.parents.clone())
+
+    def __repr__(self) -> str:
+        return super().__repr__().replace("MedusaProposer", "HydraProposer", 1)
+
+
 def load_medusa_proposer(target, k: int = DEFAULT_TREE_NODES, tree: bool = True, reduced_vocab: bool = True,
                          path=MEDUSA_WEIGHTS, choices=None, **kwargs) -> MedusaProposer:
-    """The shipped Medusa heads as a proposer (registry builder: ``builder(target, k, **kwargs)``).
+    """The shipped Medusa heads as a proposer (registry builder: ``builder(target, k, **kwargs)``);
+    a HydraProposer when ``path`` holds Hydra heads (e.g. ``path=HYDRA_WEIGHTS``).
 
     tree=True: a tree of ``k`` nodes derived (derive_choices) from the held-out rank accuracies in
     the weights' metadata, or ``choices`` if given. tree=False: a chain of min(k, num_heads) tokens.
@@ -295,4 +443,12 @@ def load_medusa_proposer(target, k: int = DEFAULT_TREE_NODES, tree: bool = True,
         choices = derive_choices(acc, k)
     if not tree:
         choices = None
-    return MedusaProposer(target, heads, k=k, choices=choices, draft_vocab=vocab, **kwargs)
+    cls = HydraProposer if isinstance(heads, HydraHeads) else MedusaProposer
+    return cls(target, heads, k=k, choices=choices, draft_vocab=vocab, **kwargs)
+
+
+def load_hydra_proposer(target, k: int = DEFAULT_TREE_NODES, tree: bool = True, **kwargs) -> HydraProposer:
+    """The Hydra heads written by ``python -m specdecode_ref.training medusa --hydra`` as a proposer
+    (as :func:`load_medusa_proposer`, reading ``HYDRA_WEIGHTS`` unless ``path`` is given)."""
+    kwargs.setdefault("path", HYDRA_WEIGHTS)
+    return load_medusa_proposer(target, k=k, tree=tree, **kwargs)

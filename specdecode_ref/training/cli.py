@@ -31,6 +31,9 @@ _HELP = {
     "exits": "exit layers to train, comma-separated",
     "num_heads": "number of Medusa heads (head i predicts i+2 ahead)",
     "num_layers": "ResBlocks per head",
+    "hydra": "train Hydra heads instead (head i also reads the bonus token and the tokens drafted before "
+             "it; soft cross-entropy on the target's top-k); written to the Hydra file unless --out",
+    "hydra_width": "Hydra only: bottleneck width of each head's MLP",
     "steps": "training steps (EAGLE: stage 1, teacher forcing)",
     "lr": "peak learning rate (AdamW, warm-up then cosine)",
     "batch_tokens": "tokens per batch (sequences are packed up to it)",
@@ -55,6 +58,11 @@ def _add_recipe_options(parser, recipe) -> None:
         kind = _ints if isinstance(default, tuple) else type(default)
         flag = _FLAGS.get(f.name, "--" + f.name.replace("_", "-"))
         shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+        if isinstance(default, bool):  # a switch: given means True
+            if default:
+                raise ValueError(f"recipe field {f.name} defaults to True: a switch cannot turn it off")
+            parser.add_argument(flag, dest=f.name, action="store_true", help=_HELP.get(f.name, f.name))
+            continue
         parser.add_argument(flag, dest=f.name, type=kind, default=default,
                             help=f"{_HELP.get(f.name, f.name.replace('_', ' '))} (default: {shown})")
 
@@ -190,24 +198,30 @@ def cmd_early_exit(args) -> None:
 
 
 def cmd_medusa(args) -> None:
-    from ..proposers.medusa import (DEFAULT_TREE_NODES, MEDUSA_WEIGHTS, derive_choices, expected_accepted,
-                                   save_medusa_heads)
+    """Medusa heads, or with --hydra Hydra heads (written to their own file, so the shipped Medusa
+    heads stay). The tree choices come from the held-out rank accuracies of the heads just trained."""
+    from ..proposers.medusa import (DEFAULT_TREE_NODES, HYDRA_WEIGHTS, MEDUSA_WEIGHTS, derive_choices,
+                                   expected_accepted, save_medusa_heads)
 
     r, train_c, hold, target, _ = _start(args)
     heads, result = train_medusa(target, train_c, num_heads=r.num_heads, num_layers=r.num_layers, holdout=hold,
-                                 **_common(r))
+                                 hydra=r.hydra, hydra_width=r.hydra_width, **_common(r))
     after = result.heldout["after"]
     acc = after["rank_accuracy"]
     budgets = sorted({4, DEFAULT_TREE_NODES, 16, 32})
     derived = {b: derive_choices(acc, b) for b in budgets}
-    out = Path(args.out or MEDUSA_WEIGHTS)
-    meta = {**r.settings(), "seconds": round(result.seconds),
+    out = Path(args.out or (HYDRA_WEIGHTS if r.hydra else MEDUSA_WEIGHTS))
+    settings = r.settings()
+    if not r.hydra:
+        settings.pop("hydra_width")
+    meta = {**settings, "seconds": round(result.seconds),
             "rank_accuracy": acc, "top1": after["top1"], "top5": after["top5"],
             "top1_before": result.heldout["before"]["top1"], "heldout_loss": after["loss"],
             "choices": derived[DEFAULT_TREE_NODES]}
     save_medusa_heads(heads, out, meta, target)
+    kind, loss = ("Hydra", "soft cross-entropy") if r.hydra else ("Medusa", "cross-entropy")
     save_curve(result, out.with_name(out.stem + "-loss"),
-               f"Medusa heads ({r.num_heads}): summed cross-entropy ({r.steps} steps)")
+               f"{kind} heads ({r.num_heads}): summed {loss} ({r.steps} steps)")
     choices_path = out.with_name(out.stem + "-choices.json")
     choices_path.write_text(json.dumps(
         {str(b): {"choices": c, "expected_accepted": round(expected_accepted(acc, c), 4)} for b, c in derived.items()},
@@ -265,7 +279,7 @@ def main(argv=None) -> None:
     p.add_argument("--teacher-batch-tokens", type=int, default=2048, help="tokens per teacher-pass forward")
     p.add_argument("--limit", type=int, default=0, help="use only the first N training prompts")
     helps = {"draft": "distil the draft model", "early-exit": "train exit adapters for self-speculation",
-             "medusa": "train Medusa heads on the corpus' hidden states (target frozen)",
+             "medusa": "train Medusa (or with --hydra, Hydra) heads on the corpus' hidden states (target frozen)",
              "eagle": "train the EAGLE head on the corpus' features (target frozen)"}
     for name, recipe in RECIPES.items():
         p = sub.add_parser(name, help=helps[name])

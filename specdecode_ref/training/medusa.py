@@ -1,5 +1,12 @@
-"""Training Medusa heads (notebook 07, Medusa-1): the target stays frozen and is never run; the
-heads learn from the hidden states stored in the corpus, through the target's lm_head."""
+"""Training Medusa heads (notebook 07, Medusa-1) and Hydra heads: the target stays frozen and is
+never run; the heads learn from the hidden states stored in the corpus, through the target's lm_head.
+
+Medusa heads learn the actual answer tokens (cross-entropy). Hydra heads learn by teacher forcing:
+head i reads the true tokens between the feature and the token it predicts (as drafting would on a
+path that is right so far), and learns the target's own distribution there -- the corpus' top-k --
+with the soft cross-entropy of the other drafters (Hydra's paper calls this teacher distillation).
+Given the true prefix, that stored distribution is exactly what the target would verify against.
+"""
 from __future__ import annotations
 
 import torch
@@ -39,6 +46,97 @@ def medusa_batch(corpus: Corpus, idx: list, num_heads: int, device="cpu"):
     return torch.cat(feats).float().to(device), torch.cat(labels).to(device)
 
 
+def hydra_batch(corpus: Corpus, idx: list, num_heads: int, device="cpu"):
+    """What Hydra heads learn from, on the same rows as :func:`medusa_batch` (positions t from
+    start-1 to T-3, feature h[t]).
+
+    inputs[:, j] = ids[t + 1 + j]: the tokens teacher forcing feeds, head i reading inputs[:, :i+1]
+    (the bonus token at t+1, then the true tokens up to t+1+i); 0 past the end, where no head
+    needs them. labels[:, i] = ids[t + 2 + i] (-100 past the end), as medusa_batch. topk_ids and
+    topk_logp [M, num_heads, K]: the target's top-k distribution for position t+2+i, which the
+    corpus stores as read at t+1+i (zeros where the label is -100).
+    Returns (features [M, H] float, inputs [M, num_heads] long, labels [M, num_heads] long,
+    topk_ids [M, num_heads, K] long, topk_logp [M, num_heads, K] float), all on ``device``.
+    """
+    require_features(corpus)
+    feats, inputs, labels, t_ids, t_logp = [], [], [], [], []
+    for i in idx:
+        ids, h, st = corpus.ids[i], corpus.hidden[i], corpus.start[i]
+        T = ids.numel()
+        t = torch.arange(max(st - 1, 0), T - 2)
+        if t.numel() == 0:
+            continue
+        K = corpus.topk_ids[i].shape[-1]
+        inp = torch.zeros((t.numel(), num_heads), dtype=torch.long)
+        lab = torch.full((t.numel(), num_heads), -100, dtype=torch.long)
+        tid = torch.zeros((t.numel(), num_heads, K), dtype=torch.long)
+        tlp = torch.zeros((t.numel(), num_heads, K), dtype=torch.float)
+        for j in range(num_heads):
+            seen = t + 1 + j
+            ok = seen <= T - 1
+            inp[ok, j] = ids[seen[ok]]
+            ok = seen + 1 <= T - 1
+            lab[ok, j] = ids[seen[ok] + 1]
+            row = seen[ok] - (st - 1)  # topk row r predicts ids[st + r], read at st - 1 + r
+            tid[ok, j] = corpus.topk_ids[i][row].long()
+            tlp[ok, j] = corpus.topk_logp[i][row].float()
+        feats.append(h[t])
+        inputs.append(inp)
+        labels.append(lab)
+        t_ids.append(tid)
+        t_logp.append(tlp)
+    if not feats:
+        z = torch.zeros(0, num_heads, dtype=torch.long, device=device)
+        return (torch.zeros(0, 0, device=device), z, z.clone(), torch.zeros(0, num_heads, 0, dtype=torch.long,
+                device=device), torch.zeros(0, num_heads, 0, device=device))
+    return (torch.cat(feats).float().to(device), torch.cat(inputs).to(device), torch.cat(labels).to(device),
+            torch.cat(t_ids).to(device), torch.cat(t_logp).to(device))
+
+
+def embed_tokens(target, ids: torch.Tensor) -> torch.Tensor:
+    """The target's input embeddings of ``ids`` (frozen, float): what a Hydra head reads of a token."""
+    return target.get_input_embeddings().weight.detach()[ids].float()
+
+
+def head_features(target, heads, corpus: Corpus, idx: list, device="cpu"):
+    """Every head's output feature on the batch ``idx`` and what it must predict, for Medusa and
+    Hydra heads alike: (features [M, num_heads, H], labels [M, num_heads] (-100: none), and for
+    Hydra the target's top-k (topk_ids, topk_logp [M, num_heads, K]), for Medusa None, None)."""
+    from ..proposers.medusa import HydraHeads
+
+    if isinstance(heads, HydraHeads):
+        x, inputs, y, t_ids, t_logp = hydra_batch(corpus, idx, heads.num_heads, device)
+        if x.numel() == 0:
+            return x.reshape(0, heads.num_heads, 0), y, t_ids, t_logp
+        return heads(x, embed_tokens(target, inputs)), y, t_ids, t_logp
+    x, y = medusa_batch(corpus, idx, heads.num_heads, device)
+    if x.numel() == 0:
+        return x.reshape(0, heads.num_heads, 0), y, None, None
+    return heads(x), y, None, None
+
+
+def hydra_loss_fn(target, heads, corpus: Corpus, device="cpu"):
+    """Sum over heads of the soft cross-entropy against the target's top-k at the predicted
+    position (teacher forcing, see hydra_batch), through the frozen lm_head; the agreement reported
+    is head 0's top-1 agreement with the target's top-1."""
+    from ..proposers.medusa import project
+
+    def loss_fn(idx):
+        feats, y, t_ids, t_logp = head_features(target, heads, corpus, idx, device)
+        total, agree = feats.sum() * 0.0, 0.0
+        for j in range(heads.num_heads):
+            ok = y[:, j] >= 0
+            if not bool(ok.any()):
+                continue
+            logits = project(target, feats[ok, j]).float()
+            total = total + distill.soft_cross_entropy(logits, t_ids[ok, j], t_logp[ok, j])
+            if j == 0:
+                agree = distill.agreement(logits.detach(), t_ids[ok, 0])
+        return total, agree
+
+    return loss_fn
+
+
 def medusa_loss_fn(target, heads, corpus: Corpus, device="cpu"):
     """Sum over heads of the cross-entropy against the actual answer token i+2 ahead, through the
     target's frozen lm_head; the agreement reported is head 0's top-1 accuracy."""
@@ -65,7 +163,9 @@ def medusa_loss_fn(target, heads, corpus: Corpus, device="cpu"):
 def medusa_accuracy(target, heads, corpus: Corpus, ranks: int = 10, batch_tokens: int = 2048, device="cpu") -> dict:
     """Per-head accuracy on ``corpus``: rank_accuracy[i][r] = share of positions where the actual token
     is head i's rank-r candidate (what derive_choices needs), top1 and top5 (its cumulative sums),
-    cross-entropy per head, and the number of positions per head."""
+    cross-entropy per head, and the number of positions per head. Hydra heads are measured with
+    the true tokens on their path (head_features), so their accuracies are conditional on the
+    path being right: the factor derive_choices multiplies along a path."""
     from ..proposers.medusa import project
 
     nh = heads.num_heads
@@ -74,11 +174,10 @@ def medusa_accuracy(target, heads, corpus: Corpus, ranks: int = 10, batch_tokens
     count = torch.zeros(nh, dtype=torch.float64)
     g = torch.Generator().manual_seed(0)
     for idx in distill.iterate_batches(corpus, batch_tokens, g):
-        x, y = medusa_batch(corpus, idx, nh, device)
-        if x.numel() == 0:
-            continue
         with autocast(device):
-            feats = heads(x)
+            feats, y, _, _ = head_features(target, heads, corpus, idx, device)
+        if feats.numel() == 0:
+            continue
         for j in range(nh):
             ok = y[:, j] >= 0
             if not bool(ok.any()):
@@ -103,20 +202,29 @@ def medusa_accuracy(target, heads, corpus: Corpus, ranks: int = 10, batch_tokens
 
 def train_medusa(target, corpus: Corpus, *, num_heads: int = MEDUSA.num_heads, num_layers: int = MEDUSA.num_layers,
                  steps: int = MEDUSA.steps, lr: float = MEDUSA.lr, batch_tokens: int = MEDUSA.batch_tokens,
-                 seed: int = MEDUSA.seed, holdout: Corpus | None = None):
-    """Train Medusa heads on the corpus' stored last hidden states (the target stays frozen and is
-    never run: only its lm_head is read). Returns (heads, TrainResult); with ``holdout``,
-    ``result.heldout = {"before": ..., "after": ...}`` per-head accuracies (medusa_accuracy)."""
-    from ..proposers.medusa import MedusaHeads
+                 seed: int = MEDUSA.seed, holdout: Corpus | None = None, hydra: bool = MEDUSA.hydra,
+                 hydra_width: int = MEDUSA.hydra_width):
+    """Train Medusa heads (``hydra=True``: Hydra heads of bottleneck ``hydra_width``) on the corpus'
+    stored last hidden states (the target stays frozen and is never run: only its lm_head and, for
+    Hydra, its token embeddings are read). Everything runs on the target's device. Returns (heads,
+    TrainResult); with ``holdout``, ``result.heldout = {"before": ..., "after": ...}`` per-head
+    accuracies (medusa_accuracy)."""
+    from ..proposers.medusa import HydraHeads, MedusaHeads
 
     require_features(corpus, target)
     device = next(target.parameters()).device
     torch.manual_seed(seed)
-    heads = MedusaHeads(target.config.hidden_size, num_heads, num_layers).float().to(device).train()
+    if hydra:
+        heads = HydraHeads(target.config.hidden_size, num_heads, num_layers, hydra_width)
+        loss_fn, desc = hydra_loss_fn(target, heads, corpus, device), f"Hydra heads ({num_heads})"
+    else:
+        heads = MedusaHeads(target.config.hidden_size, num_heads, num_layers)
+        loss_fn, desc = medusa_loss_fn(target, heads, corpus, device), f"Medusa heads ({num_heads})"
+    heads = heads.float().to(device).train()
     before = medusa_accuracy(target, heads, holdout, batch_tokens=batch_tokens, device=device) \
         if holdout is not None else {}
-    result = fit(heads.parameters(), medusa_loss_fn(target, heads, corpus, device), corpus, steps=steps, lr=lr,
-                 batch_tokens=batch_tokens, seed=seed, desc=f"Medusa heads ({num_heads})", device=device)
+    result = fit(heads.parameters(), loss_fn, corpus, steps=steps, lr=lr,
+                 batch_tokens=batch_tokens, seed=seed, desc=desc, device=device)
     heads.eval().requires_grad_(False)
     if holdout is not None:
         result.heldout = {"before": before,

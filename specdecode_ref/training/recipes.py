@@ -42,6 +42,8 @@ class EarlyExitRecipe(Recipe):
 class MedusaRecipe(Recipe):
     num_heads: int = 3  # head i predicts the token i + 2 places ahead
     num_layers: int = 1  # ResBlocks per head
+    hydra: bool = False  # Hydra heads: head i also reads the tokens between the feature and its prediction
+    hydra_width: int = 256  # Hydra only: the bottleneck of each head's MLP on [feature; token embeddings]
 
 
 @dataclass(frozen=True)

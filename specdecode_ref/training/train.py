@@ -7,6 +7,7 @@ into ``specdecode_ref/weights/``::
     python -m specdecode_ref.training draft       # 4-layer draft model (notebook 05)
     python -m specdecode_ref.training early-exit  # exit adapters for self-speculation (notebook 06)
     python -m specdecode_ref.training medusa      # Medusa heads on the corpus' hidden states (notebook 07)
+    python -m specdecode_ref.training medusa --hydra  # Hydra heads: Medusa heads that read the drafted tokens
     python -m specdecode_ref.training eagle       # EAGLE feature-drafting head (notebook 08)
 
 The target stays frozen. Every drafter minimises the soft cross-entropy against the target's top-k
@@ -24,12 +25,12 @@ from .draft import draft_loss_fn, train_draft
 from .eagle import eagle_batch, eagle_loss_fn, evaluate_eagle, train_eagle, write_eagle
 from .early_exit import best_exit, early_exit_loss_fn, exit_hidden_states, train_early_exit
 from .loop import TrainResult, combine_stages, evaluate, fit, save_curve
-from .medusa import medusa_accuracy, medusa_batch, medusa_loss_fn, train_medusa
+from .medusa import hydra_batch, hydra_loss_fn, medusa_accuracy, medusa_batch, medusa_loss_fn, train_medusa
 
 __all__ = ["TrainResult", "fit", "evaluate", "save_curve", "combine_stages", "draft_loss_fn", "train_draft",
            "exit_hidden_states", "early_exit_loss_fn", "train_early_exit", "best_exit", "medusa_batch",
-           "medusa_loss_fn", "medusa_accuracy", "train_medusa", "eagle_batch", "unrolled_mask", "eagle_loss_fn",
-           "evaluate_eagle", "train_eagle", "write_eagle", "main"]
+           "medusa_loss_fn", "hydra_batch", "hydra_loss_fn", "medusa_accuracy", "train_medusa", "eagle_batch",
+           "unrolled_mask", "eagle_loss_fn", "evaluate_eagle", "train_eagle", "write_eagle", "main"]
 
 if __name__ == "__main__":
     main()

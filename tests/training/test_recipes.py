@@ -4,7 +4,7 @@ import inspect
 import json
 import re
 import shlex
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
@@ -40,7 +40,8 @@ def test_recipes_are_what_the_shipped_weights_record():
 @pytest.mark.parametrize("fn,recipe,names", [
     (train.train_draft, DRAFT, {"steps", "lr", "batch_tokens", "seed", "init_layers"}),
     (train.train_early_exit, EARLY_EXIT, {"steps", "lr", "batch_tokens", "seed", "exits"}),
-    (train.train_medusa, MEDUSA, {"steps", "lr", "batch_tokens", "seed", "num_heads", "num_layers"}),
+    (train.train_medusa, MEDUSA, {"steps", "lr", "batch_tokens", "seed", "num_heads", "num_layers", "hydra",
+                                  "hydra_width"}),
     (train.train_eagle, EAGLE, {"steps", "lr", "batch_tokens", "seed", "feature_weight", "token_weight"}),
 ])
 def test_training_functions_default_to_the_recipe(fn, recipe, names):
@@ -64,6 +65,15 @@ def test_command_line_defaults_are_the_recipes(monkeypatch):
     for name, recipe in recipes.RECIPES.items():
         cli.main([name])
         assert seen[name] == recipe
+
+
+def test_medusa_hydra_switch(monkeypatch):
+    """``medusa --hydra`` turns on Hydra heads and changes nothing else; plain ``medusa`` stays Medusa."""
+    seen = []
+    monkeypatch.setattr(cli, "cmd_medusa", lambda args: seen.append(cli._recipe(args)))
+    cli.main(["medusa", "--hydra"])
+    cli.main(["medusa"])
+    assert seen == [replace(MEDUSA, hydra=True), MEDUSA] and MEDUSA.hydra is False
 
 
 def test_corpus_defaults_are_the_recipe():
