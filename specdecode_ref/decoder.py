@@ -109,6 +109,28 @@ def residual_streams(model, input_ids, attention_mask=None) -> tuple:
     return model.model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True).hidden_states
 
 
+def fused_hidden(hidden_states: tuple, layers) -> torch.Tensor:
+    """Entries ``layers`` of a transformers ``hidden_states`` tuple (entry L enters layer L, the last is
+    the final-normed output) concatenated on the last dim: [..., len(layers) * H]. EAGLE-3's fused
+    feature; the engine's hidden states and :func:`hidden_states_at` both go through here, so
+    training and drafting read the very same entries."""
+    if not layers:
+        raise ValueError("layers must name at least one entry of hidden_states")
+    bad = [i for i in layers if not -len(hidden_states) <= i < len(hidden_states)]
+    if bad:
+        raise ValueError(f"layers {bad} are outside the {len(hidden_states)} hidden states of this model")
+    return torch.cat([hidden_states[i] for i in layers], dim=-1)
+
+
+def hidden_states_at(model, input_ids, attention_mask=None, layers=()) -> tuple:
+    """One forward without the lm_head: ``(final-normed hidden states [B, q, H], fused [B, q, len(layers) * H])``
+    where fused is :func:`fused_hidden` of ``layers`` (None when ``layers`` is empty)."""
+    if not layers:
+        return last_hidden(model, input_ids, attention_mask)[0], None
+    hs = model.model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True).hidden_states
+    return hs[-1], fused_hidden(hs, layers)
+
+
 def is_shared_param(name: str) -> bool:
     """Whether a drafter's parameter ``name`` is the target's embeddings or lm_head (never trained
     nor shipped)."""
@@ -139,4 +161,5 @@ def model_from_layers(target, layer_indices) -> torch.nn.Module:
 
 __all__ = ["SHARED_PREFIXES", "is_llama_style", "require_llama_style", "num_layers", "layer", "copy_layer",
            "copy_final_norm", "embed", "rotary", "run_layer", "run_layers", "final_norm", "lm_head",
-           "logits_from_residual", "last_hidden", "residual_streams", "is_shared_param", "model_from_layers"]
+           "logits_from_residual", "last_hidden", "residual_streams", "fused_hidden", "hidden_states_at",
+           "is_shared_param", "model_from_layers"]

@@ -41,14 +41,31 @@ parents). One head forward per level scores all expanded nodes at once with a tr
 over the head's own cache (trees.py). Tree candidates are deterministic top-k, so ``probs`` is
 None: the engine's multi-candidate verification stays lossless with one-hot q.
 
+**EAGLE-3's fused head** (Li et al., 2025, "EAGLE-3: Scaling up Inference Acceleration of Large
+Language Models via Training-Time Test"; :class:`FusedEagleHead`). Two changes. (1) The feature at a
+committed position is no longer the top layer alone but the target's low, middle and high hidden
+states concatenated, [3H], projected to H by its own linear ``fuse``: the top layer is shaped for
+predicting the next token only, while lower layers still carry what later tokens need. The layers
+are EAGLE-3's rule, the inputs of layers 2, N/2 and N-3 (``eagle3_layers``: 2, 15, 27 of the 30 here).
+At drafted positions the head reads its *own* previous output in place of the fused feature (there
+is no target feature there), so its output is a hidden state to pass on, no longer a prediction of
+the target's feature: it is trained on tokens alone, and ``readout`` (its norm) gives the lm_head's
+input. (2) The head drafts over a frequency-ranked reduced vocabulary (vocab.py): the target's
+tied lm_head rows for those ids, frozen, so the file stores only the id map beside the head.
+
 Train the head with ``python -m specdecode_ref.training eagle`` (teacher forcing on the distillation
-corpus: no target forward is needed, the corpus holds the features).
+corpus: no target forward is needed, the corpus holds the features); the fused head with
+``python -m specdecode_ref.training fused-features`` (adds the fused features to the corpus) then
+``python -m specdecode_ref.training eagle --features fused``.
 
 Counterparts: SafeAILab/EAGLE ``eagle/model/cnets.py`` (the head, ``topK_genrate``: the dynamic
-tree), ``eagle/model/utils.py`` (tree buffers, verification, cache update); vLLM
+tree), ``eagle/model/utils.py`` (tree buffers, verification, cache update),
+``eagle/traineagle3/cnets.py`` (EAGLE-3's fused head and its training-time test); vLLM
 ``vllm/v1/spec_decode/eagle.py``; transformers has no EAGLE head.
 """
 from __future__ import annotations
+
+import json
 
 import torch
 
@@ -61,6 +78,17 @@ from .shipped import (WEIGHTS_DIR, load_weights, require_embedded, require_file,
 from .vocab import VocabHead
 
 EAGLE_WEIGHTS = WEIGHTS_DIR / "smollm2-135m-eagle.safetensors"
+EAGLE3_WEIGHTS = WEIGHTS_DIR / "smollm2-135m-eagle3.safetensors"
+
+
+def eagle3_layers(num_layers: int) -> tuple:
+    """EAGLE-3's low, middle and high features: the hidden states entering layers 2, N // 2 and N - 3
+    (entries of the transformers ``hidden_states`` tuple; (2, 15, 27) for a 30-layer target). It
+    skips the top layers, which specialise in the very next token."""
+    if num_layers < 6:
+        raise ValueError(f"a {num_layers}-layer target has no distinct low, middle and high layers; "
+                         "pass feature_layers")
+    return (2, num_layers // 2, num_layers - 3)
 
 
 class EagleHead(torch.nn.Module):
@@ -70,33 +98,111 @@ class EagleHead(torch.nn.Module):
     lm_head are the target's and are read through ``target`` at call time, never copied.
     """
 
+    features = "final"  # what it reads at committed positions: the final normed hidden state
+    feature_layers = None
+
     def __init__(self, layer: torch.nn.Module, norm: torch.nn.Module, hidden_size: int):
         super().__init__()
         self.fc = torch.nn.Linear(2 * hidden_size, hidden_size, bias=True)
         self.layer = layer
         self.layer.self_attn.layer_idx = 0  # its own one-layer cache
         self.norm = norm
+        self.register_buffer("draft_ids", None)  # drafts over the full vocabulary unless a proposer says
+
+    def target_features(self, hidden_states: tuple) -> torch.Tensor:
+        """The head's input feature at committed positions, from the target's per-layer hidden states
+        (the engine's tuple, each [..., H]): f_t, the final normed state."""
+        return hidden_states[-1]
+
+    def readout(self, out: torch.Tensor) -> torch.Tensor:
+        """What the lm_head reads from the head's output: f̂ itself (the head ends with the norm)."""
+        return out
+
+    def _layer(self, feature, tokens, positions, mask, target, cache):
+        emb = decoder.embed(target, tokens).to(feature.dtype)
+        x = self.fc(torch.cat([feature, emb], dim=-1))
+        rope = decoder.rotary(target, x, positions)
+        return decoder.run_layer(self.layer, x, positions, rope, cache, mask)
 
     def forward(self, features, tokens, positions, mask, target, cache=None):
         """features [B, q, H] (f_t), tokens [B, q] (x_{t+1}), positions [B, q] (t) -> f̂_{t+1} [B, q, H].
 
         mask: a 4D mask over the cache plus the new entries (None for a single query: sees everything).
         """
-        emb = decoder.embed(target, tokens).to(features.dtype)
-        x = self.fc(torch.cat([features, emb], dim=-1))
-        rope = decoder.rotary(target, x, positions)
-        return self.norm(decoder.run_layer(self.layer, x, positions, rope, cache, mask))
+        return self.norm(self._layer(features, tokens, positions, mask, target, cache))
 
 
-def build_eagle_head(target) -> EagleHead:
+class FusedEagleHead(EagleHead):
+    """EAGLE-3's head: h_{t+1} = layer(fc([g_t, emb(x_{t+1})])) with g_t = fuse([low_t, mid_t, high_t])
+    at committed positions and g_t = h_t (its own previous output) at drafted ones; lm_head(norm(h)).
+
+    ``fuse`` (3H -> H, no bias, as EAGLE-3) is its own weight; ``draft_ids`` (LongTensor or None) is
+    the reduced vocabulary it was trained to draft over, stored in its file.
+
+    No feature loss: the output is the hidden state the next draft step reads, not a prediction of
+    any target feature (the fused input is three layers, the fed-back one is the head's own), so the
+    head is trained on its tokens alone, as EAGLE-3 does; fitting a feature target would only
+    constrain what the head may pass to itself.
+    """
+
+    features = "fused"
+
+    def __init__(self, layer: torch.nn.Module, norm: torch.nn.Module, hidden_size: int, feature_layers,
+                 draft_ids: torch.Tensor | None = None):
+        super().__init__(layer, norm, hidden_size)
+        self.feature_layers = tuple(int(i) for i in feature_layers)
+        if len(self.feature_layers) < 2:
+            raise ValueError(f"a fused head reads at least two layers, got {self.feature_layers}")
+        self.fuse = torch.nn.Linear(len(self.feature_layers) * hidden_size, hidden_size, bias=False)
+        self.draft_ids = None if draft_ids is None else torch.as_tensor(draft_ids, dtype=torch.long)
+
+    def target_features(self, hidden_states: tuple) -> torch.Tensor:
+        """The fused feature [..., 3H]: the hidden states entering ``feature_layers``, concatenated."""
+        return decoder.fused_hidden(hidden_states, self.feature_layers)
+
+    def readout(self, out: torch.Tensor) -> torch.Tensor:
+        return self.norm(out)
+
+    def forward(self, features, tokens, positions, mask, target, cache=None):
+        """features: the target's fused feature [B, q, 3H] (committed positions) or the head's own
+        previous output [B, q, H] (drafted positions, training-time test); tokens [B, q] (x_{t+1}),
+        positions [B, q] (t) -> h_{t+1} [B, q, H], before the norm (``readout``)."""
+        width = features.shape[-1]
+        if width == self.fuse.in_features:
+            features = self.fuse(features)
+        elif width != self.fuse.out_features:
+            raise ValueError(f"features of size {width}: expected the fused {self.fuse.in_features} or the "
+                             f"head's own {self.fuse.out_features}")
+        return self._layer(features, tokens, positions, mask, target, cache)
+
+
+def build_eagle_head(target, features: str = "final", feature_layers=None, draft_vocab=None) -> EagleHead:
     """A head initialised from the target: layer = a copy of its last layer, norm = a copy of its final
     norm, fc = [I | I] (feature plus token embedding, the residual stream's two ingredients) with zero
-    bias, so even the untrained head passes both inputs through."""
+    bias, so even the untrained head passes both inputs through.
+
+    features="fused": EAGLE-3's :class:`FusedEagleHead` on ``feature_layers`` (default
+    :func:`eagle3_layers`), drafting over ``draft_vocab`` (LongTensor of ids, None: all); its fuse
+    starts by passing the highest of them through (g_t = high_t), the closest to what the copied
+    last layer reads."""
     decoder.require_llama_style(target, "EAGLE")
+    if features not in ("final", "fused"):
+        raise ValueError(f"features must be 'final' (EAGLE-1) or 'fused' (EAGLE-3), got {features!r}")
     n = decoder.num_layers(target)
     H = target.config.hidden_size
     param = next(target.parameters())
-    head = EagleHead(decoder.copy_layer(target, n - 1), decoder.copy_final_norm(target), H)
+    layer, norm = decoder.copy_layer(target, n - 1), decoder.copy_final_norm(target)
+    if features == "final":
+        if feature_layers is not None or draft_vocab is not None:
+            raise ValueError("feature_layers and draft_vocab belong to the fused head (features='fused'); "
+                             "an EAGLE-1 head's draft vocabulary is the proposer's draft_vocab")
+        head = EagleHead(layer, norm, H)
+    else:
+        head = FusedEagleHead(layer, norm, H, eagle3_layers(n) if feature_layers is None else feature_layers,
+                              draft_vocab)
+        with torch.no_grad():
+            head.fuse.weight.zero_()
+            head.fuse.weight[:, -H:] = torch.eye(H)
     with torch.no_grad():
         eye = torch.eye(H)
         head.fc.weight.copy_(torch.cat([eye, eye], dim=1))
@@ -105,15 +211,26 @@ def build_eagle_head(target) -> EagleHead:
 
 
 def save_eagle(head: EagleHead, path=EAGLE_WEIGHTS, meta: dict | None = None):
-    """The head's own weights (fc, layer, norm) in bf16, with ``meta`` as safetensors metadata."""
-    return save_weights(head.state_dict(), path, {**(meta or {}), "format": "eagle-head-v1"})
+    """The head's own weights (fc, layer, norm; a fused head also its fuse and draft ids) in bf16
+    (ids as integers), with ``meta`` as safetensors metadata and what the loader needs to rebuild it."""
+    meta = {**(meta or {}), "format": "eagle-head-v1"}
+    if head.features == "fused":
+        meta.update(format="eagle3-head-v1", features="fused", feature_layers=json.dumps(list(head.feature_layers)),
+                    draft_vocab_size=0 if head.draft_ids is None else int(head.draft_ids.numel()))
+    return save_weights(head.state_dict(), path, meta)
 
 
 def load_eagle_weights(target, path) -> EagleHead:
-    """A head for ``target`` with the weights in ``path`` (any target shape; no embedded check)."""
-    head = build_eagle_head(target)
+    """A head for ``target`` with the weights in ``path`` (any target shape; no embedded check): an
+    EAGLE-1 head, or the fused head its metadata describes (layers, draft vocabulary)."""
     param = next(target.parameters())
-    missing, unexpected = head.load_state_dict(load_weights(path, param), strict=False)
+    state = load_weights(path, param)
+    meta = weights_metadata(path)
+    if meta.get("format") == "eagle3-head-v1":
+        head = build_eagle_head(target, "fused", json.loads(meta["feature_layers"]), state.get("draft_ids"))
+    else:
+        head = build_eagle_head(target)
+    missing, unexpected = head.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise RuntimeError(f"{path} does not fit the EAGLE head: missing={missing} unexpected={unexpected}")
     return head.to(param.device).eval().requires_grad_(False)
@@ -136,6 +253,7 @@ class EagleProposer(Proposer):
     Tree mode (``tree=True``): EAGLE-2's dynamic tree of at most ``k`` nodes, ``depth`` levels,
     expanding the ``beam`` best nodes of each level with their ``branch`` best children; probs=None.
     draft_vocab: optional LongTensor of ids; the head's lm_head is restricted to them (vocab.py).
+    None: the head's own (a fused head's trained draft vocabulary; the full one for EAGLE-1).
     """
 
     name = "eagle"
@@ -151,7 +269,8 @@ class EagleProposer(Proposer):
         self.head = head
         self.tree = bool(tree)
         self.depth, self.beam, self.branch = depth, beam, branch
-        self.vocab = VocabHead(target.get_output_embeddings().weight, draft_vocab)
+        self.vocab = VocabHead(target.get_output_embeddings().weight,
+                               head.draft_ids if draft_vocab is None else draft_vocab)
         self.head_cache = None
         self._last = None  # the head's output at position N-2: f̂_{N-1}, whose lm_head gives x_N
 
@@ -188,7 +307,7 @@ class EagleProposer(Proposer):
         if state.prompt_hidden_states is None:
             raise RuntimeError("EagleProposer needs the prompt's hidden states (needs_hidden_states)")
         self.head_cache = kv.new_cache()
-        f = state.prompt_hidden_states[-1]  # [P, H]: features of positions 0..P-1 = 0..N-2
+        f = self.head.target_features(state.prompt_hidden_states)  # [P, F]: features of positions 0..N-2
         n = len(state.token_list)
         self._feed(f[: n - 1], state.token_list[1:n], 0)
 
@@ -202,13 +321,17 @@ class EagleProposer(Proposer):
             return
         if outcome.hidden_states is None:
             raise RuntimeError("EagleProposer needs the target's hidden states in on_verified")
-        f = outcome.hidden_states[-1][:m]
+        f = self.head.target_features(outcome.hidden_states)[:m]
         self._feed(f, state.token_list[before: before + m], before - 1)
 
     # ---- drafting -------------------------------------------------------------------------------
 
+    def _logits(self, out: torch.Tensor) -> torch.Tensor:
+        """Draft-vocabulary logits from head outputs [..., H]."""
+        return self.vocab.logits(self.head.readout(out))
+
     def _step(self, features: torch.Tensor, tokens: list, positions: torch.Tensor, mask) -> torch.Tensor:
-        """Head forward of drafted inputs (features [q, H], tokens [q]) into the head cache -> [q, H]."""
+        """Head forward of drafted inputs (its own outputs [q, H], tokens [q]) into the head cache -> [q, H]."""
         t = torch.tensor([tokens], dtype=torch.long, device=self._device)
         return self.head(features[None], t, positions, mask, self.target, self.head_cache)[0]
 
@@ -230,13 +353,13 @@ class EagleProposer(Proposer):
         def advance(tok: int, i: int) -> torch.Tensor:
             nonlocal out  # input [f̂_{N-1+i}, emb(d_{i+1})] at position N-1+i gives f̂_{N+i}
             out = self._step(out[None], [tok], torch.tensor([[n - 1 + i]], device=self._device), None)[0]
-            return self.vocab.logits(out)
+            return self._logits(out)
 
-        return draft_chain(self.k, self.vocab.logits(out), advance, state, self._device, self.vocab)
+        return draft_chain(self.k, self._logits(out), advance, state, self._device, self.vocab)
 
     def _top_children(self, out: torch.Tensor):
         """log-probabilities and token ids of the ``branch`` best children, from features [q, H]."""
-        logp = torch.log_softmax(self.vocab.logits(out).float(), dim=-1).clamp_max(0.0)
+        logp = torch.log_softmax(self._logits(out).float(), dim=-1).clamp_max(0.0)
         v, i = logp.topk(min(self.branch, logp.shape[-1]), dim=-1)
         return v, self.vocab.to_token(i)
 
@@ -298,15 +421,21 @@ class EagleProposer(Proposer):
 
     def __repr__(self) -> str:
         shape = f", tree=(depth={self.depth}, beam={self.beam}, branch={self.branch})" if self.tree else ""
-        return f"EagleProposer(k={self.k}{shape}, draft_vocab={self.vocab.size})"
+        fused = f", fused={self.head.feature_layers}" if self.head.features == "fused" else ""
+        return f"EagleProposer(k={self.k}{shape}{fused}, draft_vocab={self.vocab.size})"
 
 
 def load_eagle_proposer(target, k: int | None = None, tree: bool = False, reduced_vocab: bool = True,
                         path=EAGLE_WEIGHTS, **kwargs) -> EagleProposer:
-    """The shipped EAGLE head on the embedded target. Chain (default k = 4) or tree (``tree=True``:
-    default k = 16 nodes, depth 5, beam 4, branch 4). reduced_vocab drafts among the shipped 8,192
-    most frequent answer tokens."""
+    """The shipped EAGLE head on the embedded target (``path=EAGLE3_WEIGHTS``: the fused one). Chain
+    (default k = 4) or tree (``tree=True``: default k = 16 nodes, depth 5, beam 4, branch 4).
+    reduced_vocab drafts among the shipped 8,192 most frequent answer tokens, or for a head trained
+    on a draft vocabulary of its own, among those; False: the full vocabulary."""
     head = load_eagle_head(target, path)
     if k is None:
         k = 16 if tree else 4
-    return EagleProposer(target, head, k=k, tree=tree, draft_vocab=shipped_vocab(reduced_vocab), **kwargs)
+    if head.draft_ids is not None:
+        vocab = None if reduced_vocab else torch.arange(target.config.vocab_size)
+    else:
+        vocab = shipped_vocab(reduced_vocab)
+    return EagleProposer(target, head, k=k, tree=tree, draft_vocab=vocab, **kwargs)

@@ -46,20 +46,23 @@ def require_file(path, family: str) -> Path:
 
 
 def save_weights(state: dict, path, meta: dict | None = None) -> Path:
-    """Write ``state`` in bf16 with ``meta`` as the file's metadata (values stored as strings)."""
+    """Write ``state`` in bf16 with ``meta`` as the file's metadata (values stored as strings).
+    Integer tensors (e.g. a draft vocabulary's ids) keep their dtype: bf16 cannot hold ids exactly."""
     from safetensors.torch import save_file
 
-    state = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in state.items()}
+    state = {k: (v.detach().to(torch.bfloat16) if v.is_floating_point() else v.detach()).contiguous()
+             for k, v in state.items()}
     save_file(state, str(path), metadata={k: str(v) for k, v in (meta or {}).items()})
     return Path(path)
 
 
 def load_weights(path, like: torch.Tensor | None = None) -> dict:
-    """The tensors of ``path``, cast to the dtype of ``like`` (e.g. a target parameter) when given."""
+    """The tensors of ``path``, floating ones cast to the dtype of ``like`` (e.g. a target parameter) when
+    given; integer ones as stored."""
     from safetensors.torch import load_file
 
     state = load_file(str(path))
-    return state if like is None else {k: v.to(like.dtype) for k, v in state.items()}
+    return state if like is None else {k: v.to(like.dtype) if v.is_floating_point() else v for k, v in state.items()}
 
 
 def weights_metadata(path) -> dict:

@@ -1,4 +1,4 @@
-"""The command line, ``python -m specdecode_ref.training {data,draft,early-exit,medusa,eagle}``.
+"""The command line, ``python -m specdecode_ref.training {data,fused-features,draft,early-exit,medusa,eagle}``.
 
 Every option's default comes from recipes.py, and every run writes the recipe it used into the
 weights' metadata, so the defaults reproduce the shipped files and a file says how it was made.
@@ -42,6 +42,8 @@ _HELP = {
     "unroll": "stage 2, training-time test: steps in which the head feeds on its own outputs (1 = no stage 2)",
     "unroll_steps": "stage 2 steps",
     "unroll_lr": "stage 2 learning rate",
+    "features": "'final': EAGLE-1's head on the last normed hidden state; 'fused': EAGLE-3's head on the "
+                "corpus' fused low/middle/high states (run fused-features first), tokens-only loss",
 }
 
 
@@ -153,6 +155,26 @@ def cmd_data(args) -> None:
     print(f"wrote {path}")
 
 
+def cmd_fused_features(args) -> None:
+    """Add EAGLE-3's fused features (Corpus.fused) to an existing corpus: one more teacher pass over its
+    sequences, keeping everything else it holds (the answers are the expensive part)."""
+    from ..proposers.eagle import eagle3_layers
+
+    corpus = Corpus.load(args.corpus)
+    target, _ = load_target(args.dtype)
+    layers = args.layers or eagle3_layers(target.config.num_hidden_layers)
+    pairs = [(ids[:st], ids[st:]) for ids, st in zip(corpus.ids, corpus.start)]
+    scored = distill.teacher_pass(target, pairs, top_k=1, keep_hidden=False, fused_layers=layers,
+                                  desc="fused features")
+    if [s.numel() for s in scored.ids] != [s.numel() for s in corpus.ids]:
+        raise RuntimeError("the rescored corpus does not line up with the stored one")
+    corpus.fused = scored.fused
+    corpus.meta.update(fused_layers=list(layers), fused_dtype=str(next(target.parameters()).dtype))
+    path = corpus.save(args.out or args.corpus)
+    gb = sum(f.numel() for f in corpus.fused) * 2 / 1e9
+    print(f"wrote {path}: fused features of layers {list(layers)}, {gb:.2f} GB in bf16")
+
+
 def cmd_draft(args) -> None:
     from ..proposers.draft_model import DRAFT_WEIGHTS, save_draft
     from ..proposers.shipped import DRAFT_VOCAB
@@ -233,14 +255,31 @@ def cmd_medusa(args) -> None:
 def cmd_eagle(args) -> None:
     """Stage 1: teacher forcing from the copy of the target's last layer (or --init). Stage 2 (when
     --unroll > 1 and --unroll-steps > 0): training-time test, fine-tuning the stage-1 head on its own
-    outputs. The shipped head is both stages with the defaults."""
-    from ..proposers.eagle import EAGLE_WEIGHTS
+    outputs. The shipped head is both stages with the defaults. ``--features fused`` trains EAGLE-3's
+    fused head (on the shipped draft vocabulary unless --draft-vocab says otherwise) into
+    EAGLE3_WEIGHTS."""
+    from ..proposers.eagle import EAGLE3_WEIGHTS, EAGLE_WEIGHTS
+    from ..proposers.shipped import DRAFT_VOCAB
+    from ..proposers.vocab import load_vocab
 
+    if args.features not in ("final", "fused"):
+        raise SystemExit(f"--features must be 'final' or 'fused', got {args.features!r}")
+    fused = args.features == "fused"
     r, train_c, hold, target, _ = _start(args)
+    vocab_file = None
+    if fused and args.draft_vocab != "full":
+        vocab_file = Path(args.draft_vocab or DRAFT_VOCAB)
+    elif not fused and args.draft_vocab:
+        raise SystemExit("--draft-vocab belongs to --features fused (an EAGLE-1 head drafts over the "
+                         "proposer's vocabulary)")
     common = dict(batch_tokens=r.batch_tokens, seed=r.seed, holdout=hold, feature_weight=r.feature_weight,
                   token_weight=r.token_weight)
-    head, result = train_eagle(target, train_c, steps=r.steps, lr=r.lr, init=args.init, **common)
+    head, result = train_eagle(target, train_c, steps=r.steps, lr=r.lr, init=args.init, features=r.features,
+                               draft_vocab=None if vocab_file is None else load_vocab(vocab_file), **common)
     settings = {**r.settings(), "init": Path(args.init).name if args.init else "target's last layer"}
+    if fused:
+        settings["feature_weight"] = 0.0  # tokens only
+        settings["draft_vocab"] = vocab_file.name if vocab_file is not None else "full"
     if r.unroll > 1 and r.unroll_steps > 0:
         # The same bf16 rounding a saved stage-1 file has, so a stage 2 run with --init on that file
         # starts from the very same weights.
@@ -252,7 +291,7 @@ def cmd_eagle(args) -> None:
         settings["unroll"] = 1
         for key in ("unroll_steps", "unroll_lr"):
             settings.pop(key)
-    out = Path(args.out or EAGLE_WEIGHTS)
+    out = Path(args.out or (EAGLE3_WEIGHTS if fused else EAGLE_WEIGHTS))
     write_eagle(head, result, out, settings)
     print(json.dumps(result.heldout, indent=1))
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB) and its loss curve")
@@ -278,6 +317,11 @@ def main(argv=None) -> None:
     p.add_argument("--batch-size", type=int, default=CORPUS.batch_size)
     p.add_argument("--teacher-batch-tokens", type=int, default=2048, help="tokens per teacher-pass forward")
     p.add_argument("--limit", type=int, default=0, help="use only the first N training prompts")
+    p = sub.add_parser("fused-features", help="add EAGLE-3's fused low/middle/high hidden states to the corpus")
+    p.add_argument("--layers", type=_ints, default=None,
+                   help="hidden-state entries to fuse, comma-separated (default: EAGLE-3's 2, N/2, N-3)")
+    p.add_argument("--dtype", default="bf16", help="target dtype of the pass (default: bf16, as `data`)")
+    p.add_argument("--out", default=None, help="corpus file to write (default: --corpus, updated in place)")
     helps = {"draft": "distil the draft model", "early-exit": "train exit adapters for self-speculation",
              "medusa": "train Medusa (or with --hydra, Hydra) heads on the corpus' hidden states (target frozen)",
              "eagle": "train the EAGLE head on the corpus' features (target frozen)"}
@@ -292,11 +336,14 @@ def main(argv=None) -> None:
         if name == "eagle":
             p.add_argument("--init", default=None,
                            help="EAGLE weights file to start from (default: the target's last layer)")
+            p.add_argument("--draft-vocab", default=None,
+                           help="--features fused: draft vocabulary ids file, or 'full' (default: the shipped "
+                                "8,192-token one)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    {"data": cmd_data, "draft": cmd_draft, "early-exit": cmd_early_exit, "medusa": cmd_medusa,
-     "eagle": cmd_eagle}[args.cmd](args)
+    {"data": cmd_data, "fused-features": cmd_fused_features, "draft": cmd_draft, "early-exit": cmd_early_exit,
+     "medusa": cmd_medusa, "eagle": cmd_eagle}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,8 @@ class Corpus:
     topk_ids[i], topk_logp[i]: [T - start, K] -- the target's top-k next-token ids and
     log-probabilities for predicting ids[start:], i.e. read at positions start-1 .. T-2.
     hidden[i]: the target's last (normed) hidden state [T, H] in bf16, or None.
+    fused[i]: the target's hidden states entering the layers ``meta["fused_layers"]`` (low, middle,
+    high: EAGLE-3's fused feature, decoder.fused_hidden) concatenated, [T, 3H] in bf16, or None.
     """
 
     ids: list
@@ -47,6 +49,7 @@ class Corpus:
     topk_logp: list
     hidden: list | None = None
     meta: dict = field(default_factory=dict)
+    fused: list | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -70,14 +73,14 @@ class Corpus:
     def subset(self, indices) -> "Corpus":
         pick = lambda xs: None if xs is None else [xs[i] for i in indices]  # noqa: E731
         return Corpus(pick(self.ids), pick(self.start), pick(self.topk_ids), pick(self.topk_logp),
-                      pick(self.hidden), dict(self.meta))
+                      pick(self.hidden), dict(self.meta), pick(self.fused))
 
     def save(self, path) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         torch.save({"version": CORPUS_VERSION, "ids": self.ids, "start": self.start, "topk_ids": self.topk_ids,
-                    "topk_logp": self.topk_logp, "hidden": self.hidden, "meta": self.meta}, tmp)
+                    "topk_logp": self.topk_logp, "hidden": self.hidden, "meta": self.meta, "fused": self.fused}, tmp)
         tmp.rename(path)
         return path
 
@@ -90,7 +93,8 @@ class Corpus:
         d = torch.load(path, weights_only=False)
         if d.get("version") != CORPUS_VERSION:
             raise ValueError(f"{path} was built by another version of distill.py; rebuild it")
-        return Corpus(d["ids"], d["start"], d["topk_ids"], d["topk_logp"], d["hidden"], d["meta"])
+        # "fused" is optional: corpora saved before it existed load with fused=None
+        return Corpus(d["ids"], d["start"], d["topk_ids"], d["topk_logp"], d["hidden"], d["meta"], d.get("fused"))
 
 
 #: The committed token ids of the course's corpus (``save_token_ids``); the teacher pass rebuilds the rest.
@@ -162,9 +166,11 @@ def generate_responses(model, tokenizer, conversations, max_new_tokens: int = CO
 
 @torch.inference_mode()
 def teacher_pass(model, pairs, top_k: int = CORPUS.top_k, keep_hidden: bool = True, batch_tokens: int = 2048,
-                 desc: str = "teacher pass") -> Corpus:
+                 desc: str = "teacher pass", fused_layers=()) -> Corpus:
     """Score each prompt+response once with the target: top-k log-probs at response positions and,
-    if ``keep_hidden``, the last hidden state at every position."""
+    if ``keep_hidden``, the last hidden state at every position; with ``fused_layers`` (entries of the
+    hidden-states tuple, e.g. (2, 15, 27)) also their concatenation (``Corpus.fused``, what a fused
+    EAGLE-3-style head reads), from the same forward."""
     device = next(model.parameters()).device
     seqs = [(torch.cat([p, r]), p.numel()) for p, r in pairs if r.numel() > 0]
     order = sorted(range(len(seqs)), key=lambda i: seqs[i][0].numel())
@@ -172,6 +178,8 @@ def teacher_pass(model, pairs, top_k: int = CORPUS.top_k, keep_hidden: bool = Tr
     ids_out, start_out = [None] * n, [None] * n
     tk_ids, tk_logp = [None] * n, [None] * n
     hidden = [None] * n if keep_hidden else None
+    fused_layers = tuple(int(i) for i in fused_layers)
+    fused = [None] * n if fused_layers else None
     bar = tqdm(total=sum(s[0].numel() for s in seqs), desc=desc, unit="tok", unit_scale=True)
     i = 0
     while i < n:
@@ -187,7 +195,7 @@ def teacher_pass(model, pairs, top_k: int = CORPUS.top_k, keep_hidden: bool = Tr
             s = seqs[k][0]
             x[row, : s.numel()] = s
             mask[row, : s.numel()] = 1
-        h, _ = decoder.last_hidden(model, x.to(device), mask.to(device))
+        h, f = decoder.hidden_states_at(model, x.to(device), mask.to(device), fused_layers)
         for row, k in enumerate(idx):
             s, st = seqs[k]
             T = s.numel()
@@ -198,10 +206,13 @@ def teacher_pass(model, pairs, top_k: int = CORPUS.top_k, keep_hidden: bool = Tr
             tk_ids[k], tk_logp[k] = t.to(torch.int32).cpu(), v.to(torch.float16).cpu()
             if keep_hidden:
                 hidden[k] = h[row, :T].to(torch.bfloat16).cpu()
+            if fused_layers:
+                fused[k] = f[row, :T].to(torch.bfloat16).cpu()
         bar.update(sum(seqs[k][0].numel() for k in idx))
         i = j
     bar.close()
-    return Corpus(ids_out, start_out, tk_ids, tk_logp, hidden, {"top_k": top_k})
+    meta = {"top_k": top_k, **({"fused_layers": list(fused_layers)} if fused_layers else {})}
+    return Corpus(ids_out, start_out, tk_ids, tk_logp, hidden, meta, fused)
 
 
 def build_corpus(model, tokenizer, conversations, *, max_new_tokens: int = CORPUS.max_new_tokens,

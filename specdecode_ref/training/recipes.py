@@ -53,6 +53,7 @@ class EagleRecipe(Recipe):
     unroll: int = 3  # stage 2, training-time test: steps in which the head reads its own outputs
     unroll_steps: int = 500
     unroll_lr: float = 3e-4
+    features: str = "final"  # "final": EAGLE-1's head on the last normed state; "fused": EAGLE-3's fused head
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ into ``specdecode_ref/weights/``::
     python -m specdecode_ref.training medusa      # Medusa heads on the corpus' hidden states (notebook 07)
     python -m specdecode_ref.training medusa --hydra  # Hydra heads: Medusa heads that read the drafted tokens
     python -m specdecode_ref.training eagle       # EAGLE feature-drafting head (notebook 08)
+    python -m specdecode_ref.training fused-features       # EAGLE-3: add the fused features to the corpus,
+    python -m specdecode_ref.training eagle --features fused  # then train the fused head on them
 
 The target stays frozen. Every drafter minimises the soft cross-entropy against the target's top-k
 next-token distribution (KL up to a constant), not only its argmax, so the same weights serve greedy

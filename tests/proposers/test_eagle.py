@@ -39,10 +39,14 @@ def trained(target4, tiny_corpus):
 
 def fresh_head_pass(p, token_list):
     """The head cache and last output a fresh pass gives: real features f_t from a fresh target
-    forward (the final normed hidden state), tokens x_{t+1}, t = 0..N-2."""
+    forward (the final normed hidden state; for a fused head the hidden states of its layers,
+    concatenated), tokens x_{t+1}, t = 0..N-2."""
     n = len(token_list)
     with torch.no_grad():
-        f = p.target.model(input_ids=torch.tensor([token_list[:-1]])).last_hidden_state
+        out = p.target.model(input_ids=torch.tensor([token_list[:-1]]), output_hidden_states=True)
+        f = out.last_hidden_state
+        if p.head.features == "fused":
+            f = torch.cat([out.hidden_states[i] for i in p.head.feature_layers], dim=-1)
         cache = kv.new_cache()
         out = p.head(f, torch.tensor([token_list[1:]]), torch.arange(n - 1)[None],
                      masks.causal_additive_mask(n - 1, 0, f.dtype), p.target, cache)
@@ -120,7 +124,7 @@ def oracle_tree(p, n):
         for j, tok in enumerate(path):
             out = p.head(out[None, None], torch.tensor([[tok]]), torch.tensor([[n - 1 + j]]), None, p.target,
                          cache)[0, -1]
-        logp = torch.log_softmax(p.vocab.logits(out).float(), -1).clamp_max(0.0)
+        logp = torch.log_softmax(p.vocab.logits(p.head.readout(out)).float(), -1).clamp_max(0.0)
         v, i = logp.topk(min(p.branch, logp.numel()))
         return list(zip(v.tolist(), p.vocab.to_token(i).tolist()))
 
