@@ -49,6 +49,18 @@ def _medusa_chain(target, k, **kwargs):
     return _medusa(target, k, tree=False, **kwargs)
 
 
+def _hydra(target, k, **kwargs):
+    # Hydra heads (notebook 07): Medusa's heads made sequentially dependent, each reading the tokens
+    # drafted before it on its path; a tree of k nodes by default, tree=False drafts a chain.
+    from .medusa import load_hydra_proposer
+
+    return load_hydra_proposer(target, k=k, **kwargs)
+
+
+def _hydra_chain(target, k, **kwargs):
+    return _hydra(target, k, tree=False, **kwargs)
+
+
 def _eagle(target, k, tree: bool = False, reduced_vocab: bool = True, **kwargs):
     # The shipped EAGLE head (notebook 08): one decoder layer drafting the target's next feature;
     # a chain by default, tree=True for an EAGLE-2-style dynamic tree (k = its node budget).
@@ -69,6 +81,8 @@ _REGISTRY = {
     "early-exit": (_early_exit, 3),
     "medusa": (_medusa, 8),
     "medusa-chain": (_medusa_chain, 3),
+    "hydra": (_hydra, 8),
+    "hydra-chain": (_hydra_chain, 3),
     "eagle": (_eagle, 4),
     "eagle-tree": (_eagle_tree, 16),
 }
@@ -85,7 +99,7 @@ def register_proposer(name: str, builder, default_k: int) -> None:
 
 def load_proposer(name: str, target=None, k: int | None = None, **kwargs) -> Proposer:
     """Build a proposer by name: "ngram", "draft", "draft-fullvocab", "early-exit", "medusa",
-    "medusa-chain", "eagle", "eagle-tree" (see ``available_proposers()``).
+    "medusa-chain", "hydra", "hydra-chain", "eagle", "eagle-tree" (see ``available_proposers()``).
 
     Model-based proposers load their shipped weights for the embedded model and need ``target``.
     """

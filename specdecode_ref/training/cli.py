@@ -60,10 +60,11 @@ def _add_recipe_options(parser, recipe) -> None:
         kind = _ints if isinstance(default, tuple) else type(default)
         flag = _FLAGS.get(f.name, "--" + f.name.replace("_", "-"))
         shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
-        if isinstance(default, bool):  # a switch: given means True
+        if isinstance(default, bool):  # a switch: given means True; a command whose recipe has it on keeps it
             if default:
-                raise ValueError(f"recipe field {f.name} defaults to True: a switch cannot turn it off")
-            parser.add_argument(flag, dest=f.name, action="store_true", help=_HELP.get(f.name, f.name))
+                parser.set_defaults(**{f.name: True})
+            else:
+                parser.add_argument(flag, dest=f.name, action="store_true", help=_HELP.get(f.name, f.name))
             continue
         parser.add_argument(flag, dest=f.name, type=kind, default=default,
                             help=f"{_HELP.get(f.name, f.name.replace('_', ' '))} (default: {shown})")
@@ -252,6 +253,12 @@ def cmd_medusa(args) -> None:
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB), its loss curve and {choices_path.name}")
 
 
+def cmd_hydra(args) -> None:
+    """``hydra`` is ``medusa --hydra`` with the shipped Hydra file's own recipe (more steps: its heads
+    have about twice Medusa's parameters)."""
+    cmd_medusa(args)
+
+
 def cmd_eagle(args) -> None:
     """Stage 1: teacher forcing from the copy of the target's last layer (or --init). Stage 2 (when
     --unroll > 1 and --unroll-steps > 0): training-time test, fine-tuning the stage-1 head on its own
@@ -324,6 +331,7 @@ def main(argv=None) -> None:
     p.add_argument("--out", default=None, help="corpus file to write (default: --corpus, updated in place)")
     helps = {"draft": "distil the draft model", "early-exit": "train exit adapters for self-speculation",
              "medusa": "train Medusa (or with --hydra, Hydra) heads on the corpus' hidden states (target frozen)",
+             "hydra": "train Hydra heads (medusa --hydra with the shipped Hydra recipe)",
              "eagle": "train the EAGLE head on the corpus' features (target frozen)"}
     for name, recipe in RECIPES.items():
         p = sub.add_parser(name, help=helps[name])
@@ -343,7 +351,7 @@ def main(argv=None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     {"data": cmd_data, "fused-features": cmd_fused_features, "draft": cmd_draft, "early-exit": cmd_early_exit,
-     "medusa": cmd_medusa, "eagle": cmd_eagle}[args.cmd](args)
+     "medusa": cmd_medusa, "hydra": cmd_hydra, "eagle": cmd_eagle}[args.cmd](args)
 
 
 if __name__ == "__main__":

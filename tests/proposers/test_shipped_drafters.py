@@ -7,7 +7,8 @@ from specdecode_ref import SamplingParams, autoregressive_generate, chat_ids, ge
 from specdecode_ref.proposers import load_proposer
 from specdecode_ref.measure.workloads import load_workloads
 
-NAMES = ["draft", "draft-fullvocab", "early-exit", "medusa", "medusa-chain", "eagle", "eagle-tree"]
+NAMES = ["draft", "draft-fullvocab", "early-exit", "medusa", "medusa-chain", "hydra", "hydra-chain", "eagle",
+         "eagle-tree"]
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import pytest
 
 from specdecode_ref.proposers.shipped import WEIGHTS_DIR, weights_metadata
 from specdecode_ref.training import cli, distill, recipes, train
-from specdecode_ref.training.recipes import DRAFT, EAGLE, EARLY_EXIT, MEDUSA
+from specdecode_ref.training.recipes import DRAFT, EAGLE, EARLY_EXIT, HYDRA, MEDUSA
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -24,13 +24,20 @@ def test_recipes_are_what_the_shipped_weights_record():
     draft = _meta("draft")
     assert (int(draft["steps"]), float(draft["lr"]), int(draft["seed"])) == (DRAFT.steps, DRAFT.lr, DRAFT.seed)
     assert tuple(json.loads(draft["init_layers"])) == DRAFT.init_layers
-    assert int(weights_metadata(WEIGHTS_DIR / "smollm2-135m-draft-vocab.safetensors")["size"]) == DRAFT.vocab_size
+    # the most frequent vocab_size answer tokens, plus the end-of-turn ids when they are not among them
+    size = int(weights_metadata(WEIGHTS_DIR / "smollm2-135m-draft-vocab.safetensors")["size"])
+    assert DRAFT.vocab_size <= size <= DRAFT.vocab_size + 2
     ee = _meta("exit-adapters")
     assert (int(ee["steps"]), float(ee["lr"])) == (EARLY_EXIT.steps, EARLY_EXIT.lr)
     assert tuple(json.loads(ee["trained_exits"])) == EARLY_EXIT.exits
     medusa = _meta("medusa")
     assert (int(medusa["steps"]), float(medusa["lr"])) == (MEDUSA.steps, MEDUSA.lr)
     assert (int(medusa["num_heads"]), int(medusa["num_layers"])) == (MEDUSA.num_heads, MEDUSA.num_layers)
+    hydra = _meta("hydra")
+    assert (int(hydra["steps"]), int(hydra["batch_tokens"]), json.loads(hydra["hydra"])) == (HYDRA.steps,
+                                                                                          HYDRA.batch_tokens, True)
+    for recipe, meta in ((DRAFT, draft), (EARLY_EXIT, ee), (MEDUSA, medusa)):
+        assert int(meta["batch_tokens"]) == recipe.batch_tokens
     eagle = _meta("eagle")
     for f in fields(EAGLE):
         if f.name in eagle:
