@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from specdecode_ref.measure.workloads import load_workloads
+from specdecode_ref.measure.workloads import load_workloads, training_conversations
 from specdecode_ref.training import corpus_plan, distill
 from specdecode_ref.training.corpus_plan import FULL_PLAN, Pass, check_plan
 
@@ -86,5 +86,5 @@ def test_the_committed_corpus_holds_no_benchmark_prompt(embedded):
                 checked += len(ids) >= WINDOW
     assert checked > 50
     # and the check can fail: a training prompt's text is found
-    train_text = "Why does ice float on water when most solids sink in their own liquid?"
+    train_text = training_conversations()[0][0]["content"]
     assert _telling(_windows(np.array(tok(train_text, add_special_tokens=False)["input_ids"]), WINDOW)) & corpus
