@@ -5,7 +5,8 @@
     policies      when to speculate: always on, always off, adaptive (K from batch size and acceptance)
     metrics       throughput, TTFT, inter-token latency, vLLM's spec_decode_* counters
     sweep         the scheduler over loads and policies (python -m specdecode_ref.serving.sweep)
-    viz           throughput and latency curves of a sweep; one run's schedule
-    vllm_runner   run vLLM (in its own environment) on the same model and prompts, JSON in and out
+    viz           throughput and latency curves of a sweep, of two engines side by side; one run's schedule
+    vllm_runner   run vLLM (in its own environment) on the same model and prompts, JSON in and out; its load sweep
+    compare       our sweep beside vLLM's: one table, the crossover load, outputs token for token
     export        our trained drafters as model directories vLLM loads (draft model, EAGLE head)
 """

@@ -62,13 +62,14 @@ def run_once(model, prompts, policy: str, load: int, proposer=None, k: int = 4, 
 
 
 def run_sweep(model, prompts, loads=(1, 4, 16), policies=POLICIES, k: int = 4, max_new_tokens: int = 64,
-              repeats: int = 1, warmup: bool = True, proposer=None, **run_kwargs):
+              repeats: int = 1, warmup: bool = True, proposer=None, keep_outputs: bool = False, **run_kwargs):
     """The scheduler at every load under every policy; returns a pandas DataFrame, one row per run
     (columns: load, policy, k, repeat, throughput_tok_s, ttft_p50_s, ttft_p99_s, itl_p50_s,
     itl_p99_s, acceptance_rate, tau, spec_decode_num_* ...; ``same_as_off``: the run's outputs
     equal the "off" run's at that load, the lossless check, greedy; ``requests_differing``: how
     many requests differ, which in bf16 can be a few: a (k+1)-token forward rounds differently
-    from a 1-token one, and a near-tie between two tokens can flip)."""
+    from a 1-token one, and a near-tie between two tokens can flip). keep_outputs: also an
+    ``outputs`` column, the generated token ids per prompt, to compare with another engine's)."""
     import pandas as pd
 
     for p in policies:
@@ -92,6 +93,8 @@ def run_sweep(model, prompts, loads=(1, 4, 16), policies=POLICIES, k: int = 4, m
                 row["same_as_off"] = None if reference is None else mine == reference
                 row["requests_differing"] = (None if reference is None
                                              else sum(a != b for a, b in zip(mine, reference)))
+                if keep_outputs:
+                    row["outputs"] = mine
     return pd.DataFrame(rows)
 
 

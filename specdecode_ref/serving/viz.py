@@ -1,4 +1,5 @@
-"""Plots of a load sweep (sweep.run_sweep) and of one run's schedule (scheduler.ServingResult)."""
+"""Plots of a load sweep (sweep.run_sweep), of two engines' sweeps side by side
+(compare.side_by_side) and of one run's schedule (scheduler.ServingResult)."""
 from __future__ import annotations
 
 STYLE = {"off": ("tab:grey", "s"), "on": ("tab:blue", "o"), "adaptive": ("tab:green", "^")}
@@ -29,6 +30,40 @@ def plot_sweep(df, axes=None):
         ax.set_title(title, fontsize=9)
         ax.legend(fontsize=7)
     axes[1].set_yscale("log")
+    fig.tight_layout()
+    return fig
+
+
+ENGINE_LINES = {"ours": "-", "vLLM": ":"}
+
+
+def plot_side_by_side(table, axes=None, crossovers: dict | None = None):
+    """Two panels against load for a ``compare.side_by_side`` table: throughput and inter-token
+    latency (p50), colour by policy (off / on), solid line for our scheduler and dotted for vLLM.
+    crossovers: ``compare.crossover_loads`` output, drawn as a vertical line per engine. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    if axes is None:
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    else:
+        fig = axes[0].figure
+    for (engine, policy), g in table.groupby(["engine", "policy"], sort=False):
+        colour, marker = STYLE.get(policy, (None, "o"))
+        ls = ENGINE_LINES.get(engine, "--")
+        g = g.sort_values("load")
+        kw = dict(marker=marker, color=colour, ls=ls, label=f"{engine} {policy}",
+                  mfc="none" if ls != "-" else colour)
+        axes[0].plot(g.load, g.throughput_tok_s, **kw)
+        axes[1].plot(g.load, g.itl_p50_s * 1e3, **kw)
+    for engine, load in (crossovers or {}).items():
+        if load is not None:
+            for ax in axes:
+                ax.axvline(load, color="tab:red", ls=ENGINE_LINES.get(engine, "--"), alpha=0.5, lw=1)
+    for ax, title in zip(axes, ("throughput (output tokens/s)", "inter-token latency p50 (ms)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("load (concurrent requests)")
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
 

@@ -10,20 +10,38 @@ A job: ``{"model": DIR, "prompts": [[token ids], ...], "max_tokens": int, "tempe
 "one_at_a_time": bool, "max_model_len": int}``. The result: per prompt the generated token ids and
 its wall time, the total wall time, the start-up time, and every ``vllm:spec_decode_*`` metric
 from ``LLM.get_metrics()`` (counters as ints, per-position vectors as lists).
+
+A load sweep (the job has ``"loads": [1, 4, ...]``): for each load L every prompt is submitted
+at time 0 and exactly L of them are in flight at once, a finished request's place going to the
+next one (continuous refill, as a server capped at ``--max-concurrency`` L). The loop drives
+vLLM's engine one step at a time (``LLM.llm_engine.add_request`` / ``step``, the loop of
+``LLM._run_engine`` in ``vllm/entrypoints/common/offline.py``) with outputs in DELTA mode, so each
+step's new tokens of each request arrive with the wall-clock time of that step. The result, per
+load: the token ids per prompt, per prompt the chunks ``[seconds since time 0, new tokens]``,
+the load's wall time and the difference of the ``spec_decode`` counters over that load.
 """
 import json
 import sys
 import time
 
 
-def run(job: dict) -> dict:
-    from vllm import LLM, SamplingParams  # imported here: vLLM spawns its engine process
+def _start(job: dict, **engine_args):
+    """One LLM instance for the job's model, dtype and speculative settings; (llm, seconds)."""
+    from vllm import LLM  # imported here: vLLM spawns its engine process
 
     t0 = time.perf_counter()
     llm = LLM(model=job["model"], dtype=job.get("dtype", "float32"),
               speculative_config=job.get("speculative_config"), max_model_len=job.get("max_model_len", 2048),
-              enforce_eager=True, disable_log_stats=False, seed=job.get("seed", 0))
-    startup_s = time.perf_counter() - t0
+              enforce_eager=True, disable_log_stats=False, seed=job.get("seed", 0), **engine_args)
+    return llm, time.perf_counter() - t0
+
+
+def run(job: dict) -> dict:
+    if job.get("loads"):
+        return run_sweep(job)
+    from vllm import SamplingParams
+
+    llm, startup_s = _start(job)
     params = SamplingParams(temperature=job.get("temperature", 0.0), top_p=job.get("top_p", 1.0),
                             max_tokens=job["max_tokens"], ignore_eos=job.get("ignore_eos", False),
                             seed=job.get("seed", 0))
@@ -46,6 +64,84 @@ def run(job: dict) -> dict:
     after = _spec_metrics(llm)
     return {"tokens": outputs, "seconds": seconds, "total_s": total_s, "startup_s": startup_s,
             "metrics": _difference(after, before)}
+
+
+def run_sweep(job: dict) -> dict:
+    """Every load of ``job["loads"]`` on one LLM instance (one speculative setting)."""
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    loads = [int(x) for x in job["loads"]]
+    # No prefix caching: every load serves the same prompts, and the course's scheduler has none,
+    # so a cached prefill would make vLLM's later loads cheaper for a reason unrelated to the load.
+    llm, startup_s = _start(job, max_num_seqs=max(loads), enable_prefix_caching=False)
+
+    def params(kind):
+        return SamplingParams(temperature=job.get("temperature", 0.0), top_p=job.get("top_p", 1.0),
+                              max_tokens=job["max_tokens"], ignore_eos=job.get("ignore_eos", False),
+                              seed=job.get("seed", 0), detokenize=False, output_kind=kind)
+
+    if job.get("warmup", True):  # one-time costs (allocator, first kernels) stay out of the first load
+        llm.generate([{"prompt_token_ids": list(map(int, job["prompts"][0]))}], params(RequestOutputKind.FINAL_ONLY),
+                     use_tqdm=False)
+    per_load = []
+    for load in loads:
+        prompts = [_engine_input(llm, ids) for ids in job["prompts"]]  # fresh per load: the engine owns them
+        before = _spec_metrics(llm)
+        served = serve_at_load(llm.llm_engine, prompts, params(RequestOutputKind.DELTA), load, tag=f"L{load}")
+        served["load"] = load
+        served["metrics"] = _difference(_spec_metrics(llm), before)
+        per_load.append(served)
+    return {"startup_s": startup_s, "loads": per_load}
+
+
+def _engine_input(llm, ids):
+    """The prompt as the engine takes it: rendered once, outside the timed loop, where vLLM allows."""
+    prompt = {"prompt_token_ids": [int(t) for t in ids]}
+    render = getattr(llm, "_preprocess_cmpl_one", None)
+    return render(prompt) if render is not None else prompt
+
+
+def serve_at_load(engine, prompts, params, load: int, tag: str = "r", clock=time.perf_counter) -> dict:
+    """Serve ``prompts`` keeping exactly ``load`` requests in flight (fewer only when none wait).
+
+    engine: ``LLM.llm_engine`` (``add_request(request_id, prompt, params)``, ``step()`` returning
+    outputs with ``request_id``, ``outputs[0].token_ids`` and ``finished``); params must ask for
+    DELTA outputs, so each output holds only that step's new tokens. All requests count as arrived
+    at time 0, so a request's time to first token includes its wait for a place.
+    """
+    if load < 1:
+        raise ValueError(f"a load is at least 1 request in flight, got {load}")
+    waiting = list(range(len(prompts)))
+    index, in_flight = {}, set()
+    tokens = [[] for _ in prompts]
+    chunks = [[] for _ in prompts]
+    max_in_flight = 0
+
+    def refill():
+        while waiting and len(in_flight) < load:
+            i = waiting.pop(0)
+            rid = f"{tag}-{i}"
+            index[rid] = i
+            engine.add_request(rid, prompts[i], params)
+            in_flight.add(i)
+
+    t0 = clock()
+    refill()
+    while in_flight:
+        max_in_flight = max(max_in_flight, len(in_flight))
+        outputs = engine.step()
+        now = clock() - t0
+        for out in outputs:
+            i = index[out.request_id]
+            new = [int(t) for t in out.outputs[0].token_ids]
+            if new:
+                tokens[i].extend(new)
+                chunks[i].append([now, len(new)])
+            if out.finished:
+                in_flight.discard(i)
+        refill()
+    return {"tokens": tokens, "chunks": chunks, "wall_s": clock() - t0, "max_in_flight": max_in_flight}
 
 
 def _spec_metrics(llm) -> dict:

@@ -12,6 +12,8 @@ the job is the same.
     result = vllm_runner.run_vllm(model_dir, [ids_a, ids_b], max_tokens=64,
                                   speculative_config=vllm_runner.ngram_config(k=5))
     result["tokens"], result["metrics"]["vllm:spec_decode_num_accepted_tokens"]
+    rows = vllm_runner.run_vllm_sweep(model_dir, prompts, loads=(1, 4, 8), max_tokens=32,
+                                      speculative_config=vllm_runner.ngram_config(k=4), dtype="bf16")
 
 Counter names are vLLM's (``vllm/v1/spec_decode/metrics.py``): ``spec_decode_num_drafts`` (steps
 that drafted), ``_num_draft_tokens``, ``_num_accepted_tokens`` and ``_num_accepted_tokens_per_pos``
@@ -103,6 +105,11 @@ def run_vllm(model_dir, prompts, *, max_tokens: int, temperature: float = 0.0, t
            "temperature": float(temperature), "top_p": float(top_p), "seed": int(seed), "dtype": dtype,
            "speculative_config": speculative_config, "one_at_a_time": bool(one_at_a_time),
            "ignore_eos": bool(ignore_eos), "max_model_len": int(max_model_len)}
+    return _run_job(job, timeout)
+
+
+def _run_job(job: dict, timeout: float) -> dict:
+    """vllm_job.py on ``job`` in vLLM's environment; its result, or the job's last error lines."""
     py = vllm_python()
     with tempfile.TemporaryDirectory(prefix="specdecode-vllm-") as tmp:
         job_path, result_path = Path(tmp, "job.json"), Path(tmp, "result.json")
@@ -113,6 +120,92 @@ def run_vllm(model_dir, prompts, *, max_tokens: int, temperature: float = 0.0, t
             tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
             raise RuntimeError(f"the vLLM job failed (exit {proc.returncode}):\n{tail}")
         return json.loads(result_path.read_text())
+
+
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "float32": "float32", "bfloat16": "bfloat16"}
+
+
+def run_vllm_sweep(model_dir, prompts, loads=(1, 4, 16), *, max_tokens: int, speculative_config: dict | None = None,
+                   dtype: str = "float32", seed: int = 0, ignore_eos: bool = False, max_model_len: int = 2048,
+                   timeout: float = 900):
+    """vLLM under the loads of ``sweep.run_sweep``: for each load L, all prompts submitted at time 0
+    and exactly L in flight, a finished request's place refilled at once. One LLM instance (one
+    start-up) serves every load, with speculation as ``speculative_config`` says (None: off).
+
+    prompts: token id sequences (1-D tensors or lists), already chat-templated; dtype: "fp32" /
+    "bf16" (or vLLM's names). Returns a pandas DataFrame, one row per load, with the columns of
+    ``run_sweep`` that mean the same here (load, policy "off" / "on", k, throughput_tok_s,
+    ttft_p50_s, ttft_p99_s, itl_p50_s, itl_p99_s, tpot_mean_s, acceptance_rate, tau,
+    vllm_mean_acceptance_length, spec_decode_num_*), plus engine ("vLLM") and outputs (the
+    generated token ids per prompt, for token-for-token comparison). ``df.attrs["startup_s"]`` is
+    the start-up time, which no row includes.
+    """
+    import pandas as pd
+
+    ids = [[int(t) for t in (p.tolist() if hasattr(p, "tolist") else p)] for p in prompts]
+    loads = [int(x) for x in loads]
+    if not ids or any(len(p) == 0 for p in ids):
+        raise ValueError("run_vllm_sweep needs at least one prompt, and no empty prompt")
+    if not loads or min(loads) < 1:
+        raise ValueError(f"loads must be concurrency levels of at least 1, got {loads}")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    ok, why = vllm_available()
+    if not ok:
+        raise RuntimeError(why)
+    job = {"model": str(model_dir), "prompts": ids, "loads": loads, "max_tokens": int(max_tokens),
+           "temperature": 0.0, "seed": int(seed), "dtype": DTYPES[dtype], "speculative_config": speculative_config,
+           "ignore_eos": bool(ignore_eos), "max_model_len": int(max_model_len)}
+    result = _run_job(job, timeout)
+    df = pd.DataFrame(sweep_rows(result, speculative_config))
+    df.attrs["startup_s"] = result.get("startup_s")
+    return df
+
+
+def sweep_rows(result: dict, speculative_config: dict | None) -> list:
+    """The rows of a load-sweep job's result (``vllm_job.run_sweep``), one per load, in the course's
+    column names; the latencies come from the chunks (seconds since time 0, new tokens) per request."""
+    import numpy as np
+
+    def pct(values, q):
+        return float(np.percentile(values, q)) if len(values) else float("nan")
+
+    k = int(speculative_config.get("num_speculative_tokens", 0)) if speculative_config else 0
+    rows = []
+    for served in result["loads"]:
+        ttft, itl, tpot = [], [], []
+        steps = emitted = 0  # verification steps and their tokens (the prefill's token excluded, as tau does)
+        for chunks in served["chunks"]:
+            if not chunks:
+                continue
+            times = [t for t, _ in chunks]
+            ttft.append(times[0])  # every request arrived at time 0
+            itl.extend(np.diff(times).tolist())
+            n = sum(c for _, c in chunks)
+            if n > 1:
+                tpot.append((times[-1] - times[0]) / (n - 1))
+            steps += len(chunks) - 1
+            emitted += n - chunks[0][1]
+        tokens = sum(len(t) for t in served["tokens"])
+        wall = float(served["wall_s"])
+        acc = acceptance_summary(served.get("metrics", {}))
+        row = {"engine": "vLLM", "load": int(served["load"]), "policy": "on" if speculative_config else "off", "k": k,
+               "requests": len(served["tokens"]), "output_tokens": tokens, "wall_s": wall,
+               "throughput_tok_s": tokens / wall if wall > 0 else float("nan"),
+               "ttft_p50_s": pct(ttft, 50), "ttft_p99_s": pct(ttft, 99),
+               "itl_p50_s": pct(itl, 50), "itl_p99_s": pct(itl, 99),
+               "tpot_mean_s": float(np.mean(tpot)) if tpot else float("nan"),
+               # the course's conventions for a run that drafted nothing (SpecStats): 0 and 1
+               "acceptance_rate": acc["accepted"] / acc["drafted"] if acc["drafted"] else 0.0,
+               "tau": emitted / steps if steps else float("nan"),
+               "vllm_mean_acceptance_length": acc["mean_accepted_length"] if acc["draft_steps"] else 1.0,
+               "max_in_flight": int(served.get("max_in_flight", 0))}
+        row.update({name.removeprefix("vllm:"): value for name, value in (
+            (DRAFTS, acc["draft_steps"]), (DRAFT_TOKENS, acc["drafted"]), (ACCEPTED_TOKENS, acc["accepted"]),
+            (ACCEPTED_PER_POS, acc["accepted_per_pos"]))})
+        row["outputs"] = [list(t) for t in served["tokens"]]
+        rows.append(row)
+    return rows
 
 
 def acceptance_summary(metrics: dict) -> dict:

@@ -241,3 +241,13 @@ def test_sweep_table(tiny_model):
                 "spec_decode_num_drafts", "spec_decode_num_accepted_tokens_per_pos"):
         assert col in df.columns
     assert (df[df.policy == "off"].spec_decode_num_draft_tokens == 0).all()
+    assert "outputs" not in df.columns
+
+
+def test_sweep_keeps_outputs_for_another_engine(tiny_model):
+    prompts, _ = _workload(3, seed=9)
+    df = run_sweep(tiny_model, prompts, loads=(2,), policies=("off", "on"), k=3, max_new_tokens=6, warmup=False,
+                   num_blocks=64, block_size=4, keep_outputs=True)
+    for outputs in df.outputs:
+        assert len(outputs) == 3 and all(0 < len(o) <= 6 for o in outputs)
+    assert df.outputs.iloc[0] == df.outputs.iloc[1]  # fp32 greedy: on equals off token for token
