@@ -432,3 +432,53 @@ def replay_greedy_chain(matches: Sequence[bool], k: int):
     from .measure.replay import replay_greedy_chain as replay
 
     return replay(matches, k)
+
+
+# ---- per-token acceptance: drafting from q versus drafting the argmax -------------------------
+
+def _as_probs(x, name: str):
+    import torch
+
+    t = torch.as_tensor(x).detach().float()
+    if t.dim() < 1 or t.shape[-1] < 1:
+        raise ValueError(f"{name} must be distributions over the vocabulary, shape [..., V]; got {tuple(t.shape)}")
+    if (t < 0).any() or not torch.isfinite(t).all():
+        raise ValueError(f"{name} must be finite and non-negative")
+    mass = t.sum(-1)
+    if (mass - 1).abs().max() > 1e-3:
+        raise ValueError(f"each row of {name} must sum to 1 (got sums between {float(mass.min()):.4f} and "
+                         f"{float(mass.max()):.4f}); process logits with sampling.logits_to_probs")
+    return t
+
+
+def acceptance_with_q(p, q):
+    """Per-token acceptance when the draft token is drawn from q and q is reported:
+    sum_x min(p(x), q(x)) = 1 - TV(p, q).
+
+    p, q: [..., V] distributions (the target's and the drafter's, both processed with the same
+    SamplingParams). Returns a FloatTensor [...]. Rejection sampling accepts x ~ q with probability
+    min(1, p(x)/q(x)); averaged over x that is sum_x q(x) min(1, p(x)/q(x)) = sum_x min(p, q).
+    """
+    p, q = _as_probs(p, "p"), _as_probs(q, "q")
+    if p.shape != q.shape:
+        raise ValueError(f"p {tuple(p.shape)} and q {tuple(q.shape)} must have the same shape")
+    import torch
+
+    return torch.minimum(p, q).sum(-1)
+
+
+def acceptance_one_hot(p, tokens):
+    """Per-token acceptance when the drafter proposes ``tokens`` and reports no q (one-hot): p(a).
+
+    With a = the drafter's argmax a* this is the "greedy drafting" regime (vLLM's). p: [..., V];
+    tokens: LongTensor [...] (an int for a single distribution). Returns a FloatTensor [...].
+    """
+    import torch
+
+    p = _as_probs(p, "p")
+    a = torch.as_tensor(tokens, dtype=torch.long, device=p.device)
+    if a.shape != p.shape[:-1]:
+        raise ValueError(f"tokens {tuple(a.shape)} must have p's leading shape {tuple(p.shape[:-1])}")
+    if a.numel() and (int(a.min()) < 0 or int(a.max()) >= p.shape[-1]):
+        raise ValueError(f"token ids must lie in [0, {p.shape[-1]})")
+    return p.gather(-1, a[..., None]).squeeze(-1)

@@ -91,3 +91,84 @@ def test_rule_of_thumb_against_optimal_k():
     for a in [0.8, 0.9, 0.95]:
         assert optimal_k(a, 0.4) < rule_of_thumb_k(a), a
         assert optimal_k(a, 0.2, lambda k: 1 + 0.1 * k) < rule_of_thumb_k(a), a
+
+
+# ---- per-token acceptance: drafting from q versus the argmax -------------------------------------
+
+def test_acceptance_with_q_is_one_minus_total_variation():
+    import torch
+
+    from specdecode_ref.analysis import acceptance_with_q
+
+    g = torch.Generator().manual_seed(0)
+    p = torch.softmax(torch.randn(5, 12, generator=g), -1)
+    q = torch.softmax(torch.randn(5, 12, generator=g), -1)
+    torch.testing.assert_close(acceptance_with_q(p, q), 1 - 0.5 * (p - q).abs().sum(-1))
+    torch.testing.assert_close(acceptance_with_q(p, q), acceptance_with_q(q, p))
+    torch.testing.assert_close(acceptance_with_q(p, p), torch.ones(5))
+    assert float(acceptance_with_q([0.5, 0.5, 0.0, 0.0], [0.0, 0.0, 0.5, 0.5])) == 0.0
+
+
+def test_acceptance_one_hot_is_p_of_the_proposed_token():
+    import torch
+
+    from specdecode_ref.analysis import acceptance_one_hot
+
+    p = torch.tensor([[0.1, 0.6, 0.3], [0.5, 0.25, 0.25]])
+    torch.testing.assert_close(acceptance_one_hot(p, torch.tensor([1, 2])), torch.tensor([0.6, 0.25]))
+    assert float(acceptance_one_hot(p[0], 2)) == pytest.approx(0.3)
+
+
+def _tempered(logits, t):
+    import torch
+
+    return torch.softmax(logits / t, -1)
+
+
+def test_which_regime_accepts_more_depends_on_the_temperature():
+    """T -> 0: both regimes give [argmax q == argmax p]. High T with q tracking p: drafting from
+    q wins. A peaked target with a drafter that is right on top but flat elsewhere: the argmax wins."""
+    import torch
+
+    from specdecode_ref.analysis import acceptance_one_hot, acceptance_with_q
+
+    g = torch.Generator().manual_seed(1)
+    target = torch.randn(200, 50, generator=g) * 3
+    tracking = target + 0.3 * torch.randn(200, 50, generator=g)  # a good drafter: q close to p
+    from specdecode_ref.sampling import GREEDY, logits_to_probs
+
+    # T = 0 (the package's limit: one-hot on the argmax): the same number, [argmax q == argmax p]
+    p, q = logits_to_probs(target, GREEDY), logits_to_probs(tracking, GREEDY)
+    agree = (tracking.argmax(-1) == target.argmax(-1)).float()
+    torch.testing.assert_close(acceptance_with_q(p, q), agree)
+    torch.testing.assert_close(acceptance_one_hot(p, q.argmax(-1)), agree)
+    # close to 0: nearly the same (only near-ties in the logits keep some spread)
+    p, q = _tempered(target, 0.01), _tempered(tracking, 0.01)
+    gap = (acceptance_with_q(p, q) - acceptance_one_hot(p, q.argmax(-1))).abs().mean()
+    assert float(gap) < 0.05
+    # T = 1: p(a*) has fallen, 1 - TV(p, q) has not
+    p, q = _tempered(target, 1.0), _tempered(tracking, 1.0)
+    assert float(acceptance_with_q(p, q).mean()) > float(acceptance_one_hot(p, q.argmax(-1)).mean()) + 0.2
+    # a peaked p; q agrees on the top token but spreads the rest of its mass evenly
+    p = torch.tensor([0.9] + [0.1 / 9] * 9)
+    q = torch.tensor([0.5] + [0.5 / 9] * 9)
+    assert float(acceptance_one_hot(p, 0)) == pytest.approx(0.9)
+    assert float(acceptance_with_q(p, q)) == pytest.approx(0.5 + 9 * 0.1 / 9)  # 0.6 < 0.9
+
+
+def test_acceptance_functions_reject_bad_input():
+    import torch
+
+    from specdecode_ref.analysis import acceptance_one_hot, acceptance_with_q
+
+    p = torch.tensor([0.2, 0.8])
+    with pytest.raises(ValueError, match="same shape"):
+        acceptance_with_q(p, torch.tensor([0.2, 0.3, 0.5]))
+    with pytest.raises(ValueError, match="sum to 1"):
+        acceptance_with_q(p, torch.tensor([2.0, 3.0]))
+    with pytest.raises(ValueError, match="non-negative"):
+        acceptance_with_q(p, torch.tensor([-0.2, 1.2]))
+    with pytest.raises(ValueError, match="lie in"):
+        acceptance_one_hot(p, 2)
+    with pytest.raises(ValueError, match="leading shape"):
+        acceptance_one_hot(p, torch.tensor([0, 1]))

@@ -6,6 +6,7 @@ checks its formulas against a real model.
     bench           every method on the same prompts vs Hugging Face (``python -m specdecode_ref.measure.bench``)
     workloads       the benchmark's prompts by category, and the disjoint training prompts
     compare         interleaved runs of several proposers, per-method tables, decode rates, one step probed
+    sampling_regime drafting from q vs greedy one-hot at T = 0, 0.7, 1.0: α, predicted α, τ per drafter
     stats           chi-square and uniformity tests for "the output follows the target distribution"
     viz             a generation drawn as coloured tokens (accepted, recovered, bonus)
     replay          the engine's step rule replayed offline: tau and modelled speedup for any k (notebooks 03, 05)

@@ -187,10 +187,11 @@ def first_token_counts(p, q=None, n: int = 20000, sampler: Callable = rejection_
 
 
 def acceptance_probability(p, q) -> float:
-    """P(accept) = sum_x min(p(x), q(x)) = 1 - total variation distance(p, q)."""
-    p = _check_dist(p, "p")
-    q = _check_dist(q, "q")
-    return float(torch.minimum(p, q).sum())
+    """P(accept) = sum_x min(p(x), q(x)) = 1 - total variation distance(p, q) (for any non-negative
+    vectors, normalised here; ``analysis.acceptance_with_q`` is the same for rows of distributions)."""
+    from ..analysis import acceptance_with_q
+
+    return float(acceptance_with_q(_check_dist(p, "p"), _check_dist(q, "q")))
 
 
 def randomized_pit(probs, tokens, generator: torch.Generator | None = None) -> np.ndarray:

@@ -1,7 +1,7 @@
 """Proposers (drafters) and ``load_proposer``, the one entry point that builds them by name."""
 from __future__ import annotations
 
-from .base import DecodeState, Draft, Proposer, StepOutcome
+from .base import DRAFT_SAMPLING, DecodeState, Draft, Proposer, StepOutcome, resolve_draft_sampling
 from .draft_model import DraftModelProposer
 from .eagle import EagleProposer
 from .early_exit import EarlyExitProposer
@@ -10,9 +10,11 @@ from .ngram import NgramProposer
 from .shipped import shipped_vocab
 
 
-def _ngram(target, k, **kwargs):
+def _ngram(target, k, draft_sampling=None, **kwargs):
     # Tuned on the benchmark suite (notebook 04): a match of n tokens drafts up to 2n tokens, so
     # doubtful 1-gram matches cost little verify time while long matches draft up to k = 8.
+    # Copied tokens come with no distribution: q is one-hot, "greedy" is the only drafting mode.
+    resolve_draft_sampling(draft_sampling, "greedy", can_sample=False, who="the n-gram proposer")
     kwargs.setdefault("k_per_matched_token", 2)
     return NgramProposer(k=k, **kwargs)
 
@@ -102,6 +104,8 @@ def load_proposer(name: str, target=None, k: int | None = None, **kwargs) -> Pro
     "medusa-chain", "hydra", "hydra-chain", "eagle", "eagle-tree" (see ``available_proposers()``).
 
     Model-based proposers load their shipped weights for the embedded model and need ``target``.
+    ``draft_sampling="sample"|"greedy"`` (see ``DRAFT_SAMPLING``) picks how chain drafters choose
+    tokens when the request samples; deterministic drafters (n-gram, trees) accept only "greedy".
     """
     key = name.lower().replace("_", "-")
     if key not in _REGISTRY:
@@ -113,6 +117,6 @@ def load_proposer(name: str, target=None, k: int | None = None, **kwargs) -> Pro
     return proposer
 
 
-__all__ = ["Proposer", "Draft", "DecodeState", "StepOutcome", "NgramProposer", "DraftModelProposer",
-           "EarlyExitProposer", "MedusaProposer", "EagleProposer", "load_proposer",
+__all__ = ["Proposer", "Draft", "DecodeState", "StepOutcome", "DRAFT_SAMPLING", "resolve_draft_sampling",
+           "NgramProposer", "DraftModelProposer", "EarlyExitProposer", "MedusaProposer", "EagleProposer", "load_proposer",
            "available_proposers", "register_proposer"]

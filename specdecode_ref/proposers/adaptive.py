@@ -128,6 +128,10 @@ class AdaptiveK(Proposer):
     def score(self, state: DecodeState, ids: list):
         return self.proposer.score(state, ids)
 
+    @property
+    def draft_sampling(self) -> str:
+        return self.proposer.draft_sampling
+
     def check_compatible(self, target) -> None:
         self.proposer.check_compatible(target)
 

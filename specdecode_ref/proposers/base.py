@@ -16,6 +16,28 @@ import torch
 
 from ..sampling import SamplingParams
 
+#: How a drafter picks its tokens when the request samples (temperature > 0). "sample": draw each
+#: token from q, the drafter's own distribution processed like the target's, and report q, so
+#: rejection sampling accepts with probability sum_x min(p, q) = 1 - TV(p, q). "greedy": propose the
+#: drafter's argmax a* and report nothing (q one-hot on a*), accepted with probability p(a*), as
+#: vLLM's drafters do. Both are lossless; which accepts more is analysis.acceptance_with_q versus
+#: analysis.acceptance_one_hot. At temperature 0 both are the same argmax drafting.
+DRAFT_SAMPLING = ("sample", "greedy")
+
+
+def resolve_draft_sampling(mode, default: str = "sample", can_sample: bool = True,
+                           who: str = "this proposer") -> str:
+    """The drafting mode a proposer uses: ``mode`` ("sample", "greedy", or None for ``default``),
+    checked. A proposer whose candidates are deterministic (copied n-grams, top-k tree children)
+    has no q to draw from: ``can_sample=False`` lets it accept only "greedy"."""
+    mode = default if mode is None else mode
+    if mode not in DRAFT_SAMPLING:
+        raise ValueError(f"draft_sampling must be one of {DRAFT_SAMPLING} (or None for the default), got {mode!r}")
+    if mode == "sample" and not can_sample:
+        raise ValueError(f"{who} proposes deterministic candidates (q one-hot on each of them): "
+                         "draft_sampling must be 'greedy'")
+    return mode
+
 
 @dataclass
 class Draft:
@@ -95,10 +117,16 @@ class Proposer(ABC):
     * ``scores_draft`` with ``score(state, ids)``: the proposer runs the verification forward
       itself (early exit: the draft already wrote the first layers' keys and values).
 
+    * ``draft_sampling``: "greedy" (deterministic candidates, q one-hot) or "sample" (tokens
+      drawn from the drafter's q, returned in ``Draft.probs``) when the request samples; see
+      ``DRAFT_SAMPLING``. The engine does not read it (``Draft.probs`` says what q was); it
+      tells a measurement which regime a drafter ran in.
+
     Drafting a tree needs no declaration: a proposer returns a Draft with ``parents``.
     """
 
     name = "proposer"
+    draft_sampling = "greedy"  # model-based chain drafters default to "sample" (their constructors)
     needs_hidden_states = False  # True: receive the target's hidden states in begin and on_verified
     scores_draft = False  # True: the engine calls score() instead of its own verification forward
 

@@ -121,10 +121,11 @@ class BatchedDraftModelProposer(BatchProposer):
         return p.head.logits(out.last_hidden_state[:, -1])
 
     def _choose(self, logits: torch.Tensor, states: list):
-        """The next draft token per row [B] and, when sampling, each row's q [B, V] (its own generator)."""
+        """The next draft token per row [B] and, when sampling, each row's q [B, V] (its own generator);
+        the argmax and no q with draft_sampling="greedy" (drafting.choose_token's rule)."""
         p = self.proposer
         sampling = states[0].sampling
-        if sampling.is_greedy:
+        if sampling.is_greedy or p.draft_sampling == "greedy":
             index = logits.argmax(-1)
             return (index if p.head is None else p.head.ids[index]), None
         from .draft_model import fit_logits

@@ -24,7 +24,7 @@ import torch
 
 from .. import decoder, kv
 from ..training.recipes import DRAFT
-from .base import DecodeState, Draft, Proposer, StepOutcome
+from .base import DecodeState, Draft, Proposer, StepOutcome, resolve_draft_sampling
 from .drafting import draft_chain
 from .shipped import WEIGHTS_DIR, load_weights, require_embedded, require_file, save_weights, weights_metadata
 from .vocab import VocabHead
@@ -119,13 +119,16 @@ class DraftModelProposer(Proposer):
     draft_vocab: optional LongTensor of token ids; the draft then picks only among them, through a
     vocabulary projection restricted to those rows (see vocab.py). Needs a model with
     ``.model`` (the decoder) and an output embedding, as every transformers causal LM has.
+    draft_sampling: "sample" (draw from q, return q) or "greedy" (argmax, q one-hot) when the
+    request samples (base.DRAFT_SAMPLING).
     """
 
     name = "draft"
 
     def __init__(self, draft_model, k: int = 4, draft_vocab: torch.Tensor | None = None,
-                 shared_tokens: int | None = None):
+                 shared_tokens: int | None = None, draft_sampling: str = "sample"):
         super().__init__(k)
+        self.draft_sampling = resolve_draft_sampling(draft_sampling, who="the draft model")
         self.model = draft_model
         self.cache = None
         self.head = None
@@ -167,7 +170,8 @@ class DraftModelProposer(Proposer):
         # scattered to the draft's full vocabulary and then fitted.
         return draft_chain(self.k, self._logits(pending), lambda tok, i: self._logits([tok]), state,
                            next(self.model.parameters()).device, self.head,
-                           widen=lambda full: fit_logits(full, self.target_size, None))
+                           widen=lambda full: fit_logits(full, self.target_size, None),
+                           draft_sampling=self.draft_sampling)
 
     def on_verified(self, state: DecodeState, outcome: StepOutcome) -> None:
         # The cache holds the committed prefix, the last committed token and the drafts fed so far.
@@ -184,4 +188,5 @@ class DraftModelProposer(Proposer):
 
     def __repr__(self) -> str:
         vocab = "" if self.head is None else f", draft_vocab={self.head.size}"
-        return f"DraftModelProposer(k={self.k}, layers={self.model.config.num_hidden_layers}{vocab})"
+        mode = "" if self.draft_sampling == "sample" else f", draft_sampling={self.draft_sampling!r}"
+        return f"DraftModelProposer(k={self.k}, layers={self.model.config.num_hidden_layers}{vocab}{mode})"

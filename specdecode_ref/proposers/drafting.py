@@ -5,6 +5,14 @@ into the next logits; choosing the token is the same for all three. Greedy decod
 argmax (q is not needed: greedy verification compares tokens). Sampling draws from q, the draft's
 distribution after the same processing the target's gets (temperature, top-k, top-p), over the
 full vocabulary so that q and p line up id for id, and returns q for rejection sampling.
+
+``draft_sampling="greedy"`` (base.DRAFT_SAMPLING) takes the argmax even when the request samples
+and returns no q: rejection sampling then treats the draft as one-hot, which is just as lossless
+(accept with probability p(a*), else draw from p with a* removed). vLLM drafts this way: its EAGLE
+proposer takes ``logits.argmax(dim=-1)`` (``vllm/v1/spec_decode/eagle.py``) and the model runner
+passes ``None`` as draft_probs to the rejection sampler (``vllm/v1/worker/gpu_model_runner.py``),
+whose kernels then use draft probability 1 for the draft token
+(``vllm/v1/sample/rejection_sampler.py``, the ``IS_NGRAM`` branch).
 """
 from __future__ import annotations
 
@@ -18,13 +26,14 @@ from .vocab import VocabHead
 
 
 def choose_token(logits: torch.Tensor, state: DecodeState, vocab: VocabHead | None = None,
-                 widen: Callable | None = None):
+                 widen: Callable | None = None, draft_sampling: str = "sample"):
     """The next draft token from ``logits`` [V_draft] and, when sampling, q [V] it was drawn from.
 
     vocab: the reduced vocabulary the logits are over (None: the full one). widen: maps full-size
     logits onto the target's vocabulary when the draft's differs (draft_model.fit_logits).
+    draft_sampling: "greedy" returns the argmax and no q at any temperature (q one-hot).
     """
-    if state.sampling.is_greedy:
+    if state.sampling.is_greedy or draft_sampling == "greedy":
         index = logits.argmax()
         return int(index if vocab is None else vocab.to_token(index)), None
     full = logits if vocab is None else vocab.full_logits(logits)
@@ -35,13 +44,14 @@ def choose_token(logits: torch.Tensor, state: DecodeState, vocab: VocabHead | No
 
 
 def draft_chain(k: int, logits: torch.Tensor, advance: Callable[[int, int], torch.Tensor], state: DecodeState,
-                device, vocab: VocabHead | None = None, widen: Callable | None = None) -> Draft:
+                device, vocab: VocabHead | None = None, widen: Callable | None = None,
+                draft_sampling: str = "sample") -> Draft:
     """Draft ``k`` tokens: choose from ``logits``, then ``advance(token, i)`` feeds draft token i
     to the drafter and returns the logits for token i + 1 (never called after the last token).
-    Returns tokens [k] and, when sampling, probs [k, V]."""
+    Returns tokens [k] and, when sampling with draft_sampling="sample", probs [k, V]."""
     tokens, probs = [], []
     for i in range(k):
-        tok, q = choose_token(logits, state, vocab, widen)
+        tok, q = choose_token(logits, state, vocab, widen, draft_sampling)
         tokens.append(tok)
         if q is not None:
             probs.append(q)
@@ -50,4 +60,16 @@ def draft_chain(k: int, logits: torch.Tensor, advance: Callable[[int, int], torc
     return Draft(torch.tensor(tokens, dtype=torch.long, device=device), torch.stack(probs) if probs else None)
 
 
-__all__ = ["choose_token", "draft_chain"]
+def choose_tokens(logits: torch.Tensor, state: DecodeState, device, vocab: VocabHead | None = None,
+                  draft_sampling: str = "sample") -> Draft:
+    """A chain whose positions are drafted independently of each other (Medusa's heads read one
+    feature each): row i of ``logits`` [n, V_draft] gives token i. Each row's token is chosen as in
+    :func:`choose_token`; q_i does not depend on the tokens before i, which rejection sampling
+    allows (it only needs the q each token was really drawn from)."""
+    chosen = [choose_token(row, state, vocab, None, draft_sampling) for row in logits]
+    probs = [q for _, q in chosen if q is not None]
+    return Draft(torch.tensor([t for t, _ in chosen], dtype=torch.long, device=device),
+                 torch.stack(probs) if probs else None)
+
+
+__all__ = ["choose_token", "choose_tokens", "draft_chain"]

@@ -71,7 +71,7 @@ import torch
 
 from .. import decoder, kv, trees
 from ..masks import causal_additive_mask, tree_attention_mask
-from .base import DecodeState, Draft, Proposer, StepOutcome
+from .base import DecodeState, Draft, Proposer, StepOutcome, resolve_draft_sampling
 from .drafting import draft_chain
 from .shipped import (WEIGHTS_DIR, load_weights, require_embedded, require_file, require_same_target, save_weights,
                       shipped_vocab, weights_metadata)
@@ -254,14 +254,17 @@ class EagleProposer(Proposer):
     expanding the ``beam`` best nodes of each level with their ``branch`` best children; probs=None.
     draft_vocab: optional LongTensor of ids; the head's lm_head is restricted to them (vocab.py).
     None: the head's own (a fused head's trained draft vocabulary; the full one for EAGLE-1).
+    draft_sampling (base.DRAFT_SAMPLING): chain "sample" (default) or "greedy"; a tree is always "greedy".
     """
 
     name = "eagle"
     needs_hidden_states = True
 
     def __init__(self, target, head: EagleHead, k: int = 4, tree: bool = False, depth: int = 5, beam: int = 4,
-                 branch: int = 4, draft_vocab=None):
+                 branch: int = 4, draft_vocab=None, draft_sampling: str | None = None):
         super().__init__(k)
+        self.draft_sampling = resolve_draft_sampling(draft_sampling, "greedy" if tree else "sample", not tree,
+                                                     "EAGLE's tree")
         for name, v in (("depth", depth), ("beam", beam), ("branch", branch)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {v!r}")
@@ -355,7 +358,8 @@ class EagleProposer(Proposer):
             out = self._step(out[None], [tok], torch.tensor([[n - 1 + i]], device=self._device), None)[0]
             return self._logits(out)
 
-        return draft_chain(self.k, self._logits(out), advance, state, self._device, self.vocab)
+        return draft_chain(self.k, self._logits(out), advance, state, self._device, self.vocab,
+                           draft_sampling=self.draft_sampling)
 
     def _top_children(self, out: torch.Tensor):
         """log-probabilities and token ids of the ``branch`` best children, from features [q, H]."""

@@ -29,7 +29,7 @@ import torch
 from .. import decoder, kv
 from ..decoder import run_layers
 from ..masks import causal_mask
-from .base import DecodeState, Draft, Proposer, StepOutcome
+from .base import DecodeState, Draft, Proposer, StepOutcome, resolve_draft_sampling
 from .drafting import draft_chain
 from .shipped import (WEIGHTS_DIR, load_weights, require_embedded, require_file, require_same_target, save_weights,
                       weights_metadata)
@@ -95,14 +95,18 @@ class EarlyExitProposer(Proposer):
 
     reuse_kv: verification skips layers 0..L-1 for drafted tokens (shared cache). draft_vocab: an
     optional frequency-ranked subset for the draft's vocabulary projection (vocab.py).
+    draft_sampling: "sample" (draw from q, return q) or "greedy" (argmax, q one-hot) when the
+    request samples (base.DRAFT_SAMPLING).
     """
 
     name = "early-exit"
     needs_hidden_states = True  # the prompt's layer-L states prefill the adapter's cache
     scores_draft = True  # the engine lets score() run the verification forward (KV reuse)
 
-    def __init__(self, target, adapter: ExitAdapter, k: int = 3, draft_vocab=None, reuse_kv: bool = True):
+    def __init__(self, target, adapter: ExitAdapter, k: int = 3, draft_vocab=None, reuse_kv: bool = True,
+                 draft_sampling: str = "sample"):
         super().__init__(k)
+        self.draft_sampling = resolve_draft_sampling(draft_sampling, who="the early-exit drafter")
         self.target = target
         self.adapter = adapter
         self.L = adapter.exit_layer
@@ -149,7 +153,8 @@ class EarlyExitProposer(Proposer):
         self._h = []
         # Draft token i + 1 sits at position n + i: the last committed token is at n - 1.
         return draft_chain(self.k, self._draft_step(state.token_list[-1], n - 1),
-                           lambda tok, i: self._draft_step(tok, n + i), state, self._device, self.head)
+                           lambda tok, i: self._draft_step(tok, n + i), state, self._device, self.head,
+                           draft_sampling=self.draft_sampling)
 
     def score(self, state: DecodeState, ids: list):
         """The verification forward over ``ids`` = [last committed] + draft, in the shared cache.

@@ -71,7 +71,8 @@ from pathlib import Path
 import torch
 
 from .. import trees
-from .base import DecodeState, Draft, Proposer, StepOutcome
+from .base import DecodeState, Draft, Proposer, StepOutcome, resolve_draft_sampling
+from .drafting import choose_tokens
 from .shipped import (WEIGHTS_DIR, load_weights, require_embedded, require_file, require_same_target, save_weights,
                       shipped_vocab, weights_metadata)
 from .vocab import VocabHead
@@ -285,12 +286,15 @@ class MedusaProposer(Proposer):
     the ``rank``-th candidate of head ``depth - 1``; k is the node budget (default len(choices)).
     draft_vocab: optional reduced vocabulary (token ids) for the shared projection.
     Deterministic: ``Draft.probs`` is None (lossless one-hot verification; "typical" is lossy).
+    draft_sampling (base.DRAFT_SAMPLING): a chain may instead "sample" each head's q; a tree is "greedy".
     """
 
     name = "medusa"
     needs_hidden_states = True  # the feature: the target's last normed hidden state
 
-    def __init__(self, target, heads: MedusaHeads, k: int | None = None, choices=None, draft_vocab=None):
+    def __init__(self, target, heads: MedusaHeads, k: int | None = None, choices=None, draft_vocab=None,
+                 draft_sampling: str | None = None):
+        self.draft_sampling = resolve_draft_sampling(draft_sampling, "greedy", choices is None, "a Medusa tree")
         self.target = target
         self.heads = heads
         self.num_heads = heads.num_heads
@@ -341,8 +345,7 @@ class MedusaProposer(Proposer):
         logits = self.head_logits(self._feature)
         if self.tree is None:
             n = min(self.k, self.num_heads)
-            tokens = self.head.to_token(logits[:n].argmax(-1))
-            return Draft(tokens.long().to(self._device))
+            return choose_tokens(logits[:n], state, self._device, self.head, self.draft_sampling)
         top = self.head.to_token(logits.topk(self._max_rank, dim=-1).indices)  # [num_heads, R]
         tokens = top[self._depths - 1, self.tree.ranks]
         return Draft(tokens.long().to(self._device), None, self.tree.parents.clone())
