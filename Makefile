@@ -19,7 +19,7 @@ VLLM ?= 1
 # uv does not read pip's configuration: hand it pip's find-links (where a local CPU torch wheel lies).
 PIP_LINKS   = $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
 
-.PHONY: setup lab test test-fast bench vllm-env vllm-env-if-possible clean-model help
+.PHONY: setup lab test test-fast test-vllm bench vllm-env vllm-env-if-possible clean-model help
 
 help:
 	@echo "make lab | make test | make test-fast | make bench | make vllm-env"
@@ -41,8 +41,12 @@ lab: setup
 
 # The vLLM cross-checks run first, on their own, while nothing else loads the CPU; then the rest.
 test: setup $(if $(filter 1,$(VLLM)),vllm-env-if-possible)
-	$(if $(filter 1,$(VLLM)),$(PY) -m pytest -m vllm tests/serving)
+	$(if $(filter 1,$(VLLM)),$(PY) -m pytest -m "vllm and not vllm_extra" tests/serving)
 	$(PY) -m pytest -m "not vllm"
+
+# Every vLLM check, the draft-model export and the load sweep included (a few minutes more).
+test-vllm: setup vllm-env
+	$(PY) -m pytest -m vllm tests/serving
 
 test-fast: setup
 	$(PY) -m pytest tests -m "not embedded"

@@ -61,6 +61,7 @@ def test_ngram_counters_match_vllm(embedded, vllm_ok):
     _assert_same_counters(V.acceptance_summary(vllm["metrics"]), [ours[i] for i in same], k)
 
 
+@pytest.mark.vllm_extra
 def test_draft_model_counters_match_vllm(embedded, vllm_ok, tmp_path):
     model, tok = embedded
     prompts = [chat_ids(tok, p) for p in PROMPTS]

@@ -23,6 +23,7 @@ PROMPTS = [
 ]
 
 
+@pytest.mark.vllm_extra
 def test_vllm_sweep_with_speculation_equals_plain_greedy(embedded):
     ok, why = V.vllm_available()
     if not ok:
