@@ -119,42 +119,44 @@ def hydra_loss_fn(target, heads, corpus: Corpus, device="cpu"):
     """Sum over heads of the soft cross-entropy against the target's top-k at the predicted
     position (teacher forcing, see hydra_batch), through the frozen lm_head; the agreement reported
     is head 0's top-1 agreement with the target's top-1."""
-    from ..proposers.medusa import project
 
     def loss_fn(idx):
         feats, y, t_ids, t_logp = head_features(target, heads, corpus, idx, device)
-        total, agree = feats.sum() * 0.0, 0.0
-        for j in range(heads.num_heads):
-            ok = y[:, j] >= 0
-            if not bool(ok.any()):
-                continue
-            logits = project(target, feats[ok, j]).float()
-            total = total + distill.soft_cross_entropy(logits, t_ids[ok, j], t_logp[ok, j])
-            if j == 0:
-                agree = distill.agreement(logits.detach(), t_ids[ok, 0])
-        return total, agree
+        return _sum_over_heads(target, feats, y,
+                               lambda logits, ok, j: distill.soft_cross_entropy(logits, t_ids[ok, j], t_logp[ok, j]),
+                               lambda logits, ok: distill.agreement(logits, t_ids[ok, 0]))
 
     return loss_fn
+
+
+def _sum_over_heads(target, feats, y, head_loss, head0_agreement):
+    """The loss every head family shares: ``head_loss(logits, ok, j)`` summed over the heads on the
+    positions where head j has a target (``y[:, j] >= 0``), through the target's frozen lm_head;
+    the agreement is ``head0_agreement(detached logits, ok)`` of head 0."""
+    from ..proposers.medusa import project
+
+    total, agree = feats.sum() * 0.0, 0.0
+    for j in range(feats.shape[1]):
+        ok = y[:, j] >= 0
+        if not bool(ok.any()):
+            continue
+        logits = project(target, feats[ok, j]).float()
+        total = total + head_loss(logits, ok, j)
+        if j == 0:
+            agree = head0_agreement(logits.detach(), ok)
+    return total, agree
 
 
 def medusa_loss_fn(target, heads, corpus: Corpus, device="cpu"):
     """Sum over heads of the cross-entropy against the actual answer token i+2 ahead, through the
     target's frozen lm_head; the agreement reported is head 0's top-1 accuracy."""
-    from ..proposers.medusa import project
 
     def loss_fn(idx):
         x, y = medusa_batch(corpus, idx, heads.num_heads, device)
         feats = heads(x)  # [M, num_heads, H]
-        total, agree = feats.sum() * 0.0, 0.0
-        for j in range(heads.num_heads):
-            ok = y[:, j] >= 0
-            if not bool(ok.any()):
-                continue
-            logits = project(target, feats[ok, j]).float()
-            total = total + torch.nn.functional.cross_entropy(logits, y[ok, j])
-            if j == 0:
-                agree = float((logits.detach().argmax(-1) == y[ok, 0]).float().mean())
-        return total, agree
+        return _sum_over_heads(target, feats, y,
+                               lambda logits, ok, j: torch.nn.functional.cross_entropy(logits, y[ok, j]),
+                               lambda logits, ok: float((logits.argmax(-1) == y[ok, 0]).float().mean()))
 
     return loss_fn
 
