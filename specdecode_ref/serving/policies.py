@@ -7,10 +7,15 @@ time. So the best K falls as the batch grows, faster when acceptance is low. A p
 question per step, :meth:`SpeculationPolicy.choose_k` (batch size -> K), and learns acceptance
 from every verified draft through :meth:`SpeculationPolicy.observe`.
 
-:class:`AdaptivePolicy` picks the K that maximises the cost model's throughput,
+:class:`AdaptivePolicy` starts from the cost model's throughput,
 ``E[tokens | alpha, K] * T(B, 1) / (T(B, K+1) + K c)`` (``analysis.expected_tokens_per_step``;
 the same rule as ``measure.batch_bench.choose_k_per_batch``, which reads T from a measured
 surface); K = 0 (plain decoding) wins ties, so it speculates only where the model says it pays.
+A forward-time model leaves out what a serving step also pays per request and per drafted token
+(drafting, verification, rollback, bookkeeping), so where the model says "speculate", the policy
+then measures: the scheduler reports every step's wall time and emitted tokens
+(:meth:`SpeculationPolicy.observe_step`), and the policy keeps the *goodput* (tokens per second)
+of the model's K, of the largest K and of K = 0 per batch-size bucket, and takes the best measured.
 
 Counterparts: vLLM's v1 engine speculates with a fixed ``num_speculative_tokens`` whatever the
 load (its earlier engine had ``speculative_disable_by_batch_size``, a batch-size threshold above
@@ -39,6 +44,10 @@ class SpeculationPolicy:
 
     def observe(self, num_drafted: int, num_accepted: int) -> None:
         """One request's verified draft of this step (the default ignores it)."""
+
+    def observe_step(self, batch_size: int, k: int, num_tokens: int, seconds: float) -> None:
+        """One decode step: ``batch_size`` requests decoded with this K and emitted ``num_tokens``
+        tokens in all, in ``seconds`` of wall time (drafting included; the default ignores it)."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(k={self.k})"
@@ -97,8 +106,15 @@ def surface_cost(surface) -> Callable[[int, int], float]:
     return cost
 
 
+def batch_bucket(batch_size: int) -> int:
+    """The power of two at or above ``batch_size`` (1, 2, 4, 4, 8, ...): step times are pooled per
+    bucket, so a batch that shrinks by one request does not start its measurements afresh."""
+    return 1 << (int(batch_size) - 1).bit_length()
+
+
 class AdaptivePolicy(SpeculationPolicy):
-    """K per step from the batch size and the measured acceptance rate (see the module docstring).
+    """K per step from the batch size, the measured acceptance rate and measured step times (see the
+    module docstring).
 
     k: the largest K. cost: T(B, n), any unit (default :func:`roofline_cost`). draft_cost: the time
     of drafting one token for one request in T(1, 1) units (0 for n-gram lookup). prior_alpha,
@@ -106,29 +122,46 @@ class AdaptivePolicy(SpeculationPolicy):
     tokens. decay: each observation first multiplies the counts by it, so the estimate follows the
     recent acceptance (a window of about 1 / (1 - decay) drafted tokens). probe_every: when the
     policy has chosen K = 0 this many steps in a row, it drafts one step at K = 1 to keep measuring
-    acceptance (otherwise a low estimate could never recover). min_gain: speculate only when the
-    model predicts at least this relative gain over plain decoding (the overheads the model leaves
-    out, like verification and bookkeeping, should not tip a near-tie).
+    acceptance (otherwise a low estimate could never recover).
+    min_gain: speculate only when the model (and then the measurement) says K beats plain decoding
+    by at least this fraction. measure_steps: use the step times the scheduler reports (False: the
+    cost model alone). min_samples: steps each choice is measured before the measurements decide.
+    step_decay: the goodput estimates' decay per observed step (a window of about
+    1 / (1 - step_decay) steps per choice). reprobe_every: how often (steps in a batch bucket) a
+    measured choice not taken is taken once again, and how long a bucket borrows the nearest
+    measured bucket's verdict before measuring its own (0: never). token_prior_steps: how many
+    steps' worth of weight the model's expected tokens per step keep against the measured ones.
     """
 
     name = "adaptive"
 
     def __init__(self, k: int, cost: Callable[[int, int], float] | None = None, draft_cost: float = 0.0,
                  prior_alpha: float = 0.5, prior_weight: float = 8.0, decay: float = 0.99, probe_every: int = 16,
-                 min_gain: float = 0.03):
+                 min_gain: float = 0.03, measure_steps: bool = True, min_samples: int = 2, step_decay: float = 0.9,
+                 reprobe_every: int = 48, token_prior_steps: float = 4.0):
         super().__init__(k)
         if not 0.0 <= prior_alpha <= 1.0:
             raise ValueError(f"prior_alpha must lie in [0, 1], got {prior_alpha!r}")
-        if not 0.0 < decay <= 1.0:
-            raise ValueError(f"decay must lie in (0, 1], got {decay!r}")
+        for name, value in (("decay", decay), ("step_decay", step_decay)):
+            if not 0.0 < value <= 1.0:
+                raise ValueError(f"{name} must lie in (0, 1], got {value!r}")
+        if not isinstance(min_samples, int) or min_samples < 1:
+            raise ValueError(f"min_samples must be an int >= 1, got {min_samples!r}")
         self.cost = roofline_cost() if cost is None else cost
         self.draft_cost = float(draft_cost)
         self.prior_alpha, self.prior_weight, self.decay = float(prior_alpha), float(prior_weight), float(decay)
         self.probe_every = int(probe_every)
         self.min_gain = float(min_gain)
+        self.measure_steps, self.min_samples, self.step_decay = bool(measure_steps), min_samples, float(step_decay)
+        self.reprobe_every = int(reprobe_every)
+        self.token_prior_steps = float(token_prior_steps)
+        self.token_stats: dict = {}  # K -> [decayed tokens per request, decayed steps]
         self.drafted = 0.0
         self.accepted = 0.0
         self.steps_off = 0
+        self.step_stats: dict = {}  # (bucket, K) -> [decayed seconds, decayed steps, steps]
+        self._last_taken: dict = {}  # (bucket, K) -> that bucket's step count when K was last chosen
+        self._bucket_steps: dict = {}  # bucket -> steps chosen in it
         self.history: list = []  # (batch size, alpha estimate, K) per step
 
     @property
@@ -157,16 +190,87 @@ class AdaptivePolicy(SpeculationPolicy):
                 best_k, best = kk, s
         return best_k
 
+    def observe_step(self, batch_size: int, k: int, num_tokens: int, seconds: float) -> None:
+        if batch_size < 1 or seconds <= 0 or not self.measure_steps:
+            return
+        # Step time per (bucket, K); tokens per request per K, pooled over buckets (tokens per step
+        # vary far more than step times: a few steps alone would decide by luck).
+        s = self.step_stats.setdefault((batch_bucket(batch_size), int(k)), [0.0, 0.0, 0])
+        s[0] = s[0] * self.step_decay + float(seconds)
+        s[1] = s[1] * self.step_decay + 1.0
+        s[2] += 1
+        t = self.token_stats.setdefault(int(k), [0.0, 0.0])
+        t[0] = t[0] * self.step_decay + num_tokens / batch_size
+        t[1] = t[1] * self.step_decay + 1.0
+
+    def tokens_per_step(self, k: int) -> float:
+        """Tokens each request emits per step with this K: measured, shrunk towards the model's
+        E[tokens | alpha, K] with the weight of ``token_prior_steps`` steps."""
+        if k == 0:
+            return 1.0
+        t = self.token_stats.get(int(k), [0.0, 0.0])
+        prior = float(expected_tokens_per_step(self.alpha, k))
+        return (t[0] + self.token_prior_steps * prior) / (t[1] + self.token_prior_steps)
+
+    def measured_goodput(self, batch_size: int, k: int) -> float | None:
+        """Tokens per request per second with this K in this batch size's bucket: tokens per step
+        over the measured step time (None before ``min_samples`` steps)."""
+        return self._goodput_in(batch_bucket(batch_size), k)
+
+    def _goodput_in(self, bucket: int, k: int) -> float | None:
+        s = self.step_stats.get((bucket, int(k)))
+        return None if s is None or s[2] < self.min_samples else self.tokens_per_step(k) * s[1] / s[0]
+
+    def _nearest_measured(self, bucket: int, arms: list) -> int | None:
+        """The bucket nearest to this one (by factors of two) where K = 0 and some of the other
+        choices have been measured, or None."""
+        import math
+
+        done = {b for b, _ in self.step_stats
+                if self._goodput_in(b, 0) is not None and any(self._goodput_in(b, a) is not None for a in arms if a)}
+        if not done:
+            return None
+        return min(done, key=lambda b: (abs(math.log2(b) - math.log2(bucket)), b))
+
+    def _choose_measured(self, batch_size: int, k_model: int) -> int:
+        """Among the model's K, the largest K and K = 0, by measured goodput. A bucket is measured
+        (each choice ``min_samples`` steps) when no other has been yet, or after it has borrowed
+        the nearest measured bucket's verdict for ``reprobe_every`` steps; a measured bucket takes
+        each choice again once every ``reprobe_every`` steps, so its estimates stay current."""
+        bucket = batch_bucket(batch_size)
+        arms = list(dict.fromkeys([k_model, self.k, 0]))
+        n = self._bucket_steps.get(bucket, 0)
+        source = self._nearest_measured(bucket, arms)
+        if source is None or (source != bucket and n >= self.reprobe_every > 0) or (
+                source == bucket and any(self._goodput_in(bucket, a) is None for a in arms)):
+            for a in arms:
+                if self._goodput_in(bucket, a) is None:
+                    return a
+            source = bucket
+        if source == bucket and self.reprobe_every > 0:
+            for a in arms:
+                if n - self._last_taken.get((bucket, a), n) >= self.reprobe_every:
+                    return a
+        g = {a: self._goodput_in(source, a) for a in arms}
+        measured = [a for a in arms if a > 0 and g[a] is not None]
+        best = max(measured, key=lambda a: g[a])
+        return best if g[best] >= g[0] * (1.0 + self.min_gain) else 0
+
     def choose_k(self, batch_size: int) -> int:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
         k = self.best_k(batch_size)
+        if k > 0 and self.measure_steps and self.step_stats:
+            k = self._choose_measured(batch_size, k)
         if k == 0:
             self.steps_off += 1
             if self.probe_every > 0 and self.steps_off >= self.probe_every and self.k > 0:
                 self.steps_off, k = 0, 1
         else:
             self.steps_off = 0
+        bucket = batch_bucket(batch_size)
+        self._bucket_steps[bucket] = self._bucket_steps.get(bucket, 0) + 1
+        self._last_taken[(bucket, k)] = self._bucket_steps[bucket]
         self.history.append((batch_size, self.alpha, k))
         return k
 

@@ -466,6 +466,9 @@ class Scheduler:
             self._commit(r, em, kinds, n, a, prefill_s, now)
         for r, *_ in decoded + prefilled:
             self.blocks.trim(r)  # give back the slots only rejected drafts needed
+        if decoded:  # the decode part of the step, drafting included: what the policy's K cost
+            self.policy.observe_step(len(decoded), k, sum(len(em) for _, em, *_ in decoded),
+                                     now - t_start - prefill_s)
         self._retire(now)
         if self.cache is not None:
             self.cache.maybe_compact(self.compact_fraction)

@@ -118,7 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arrival-rate", type=float, default=None, help="Poisson arrivals per step (default: all at once)")
     p.add_argument("--num-blocks", type=int, default=512)
     p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--knee", type=float, default=16.0, help="roofline knee (tokens) of the adaptive policy's cost model")
+    p.add_argument("--cost", default="surface", choices=["surface", "roofline"],
+                   help="the adaptive policy's cost model: T(B, n) measured at the loads first, or a roofline")
+    p.add_argument("--knee", type=float, default=16.0, help="roofline knee (tokens), with --cost roofline")
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--dtype", default="bf16", choices=["fp32", "bf16"])
     p.add_argument("--threads", type=int, default=None)
@@ -130,19 +132,26 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     import pandas as pd
 
-    from ..measure.batch_bench import prompt_pool
+    from ..measure.batch_bench import measure_cost_surface, prompt_pool
     from ..models import load_model
-    from .policies import roofline_cost
+    from .policies import roofline_cost, surface_cost
 
     if args.threads:
         torch.set_num_threads(args.threads)
     model, tok = load_model(dtype=args.dtype)
     pool = prompt_pool(tok, args.pool)
     prompts = [pool[i % len(pool)] for i in range(args.requests)]
-    df = run_sweep(model, prompts, loads=[int(x) for x in args.loads.split(",")],
+    loads = [int(x) for x in args.loads.split(",")]
+    if args.cost == "surface":
+        ns = sorted({1, 2, 3, args.k + 1})
+        cost = surface_cost(measure_cost_surface(model, batch_sizes=sorted(set(loads)), ns=ns, context_len=64,
+                                                 repeats=2, warmup=1))
+    else:
+        cost = roofline_cost(args.knee)
+    df = run_sweep(model, prompts, loads=loads,
                    policies=[x.strip() for x in args.policies.split(",")], k=args.k,
                    max_new_tokens=args.max_new_tokens, repeats=args.repeats, arrival_rate=args.arrival_rate,
-                   num_blocks=args.num_blocks, block_size=args.block_size, cost=roofline_cost(args.knee))
+                   num_blocks=args.num_blocks, block_size=args.block_size, cost=cost)
     with pd.option_context("display.width", 200, "display.max_columns", 30):
         print(summary_table(df).round(4).to_string(index=False))
     if not df.same_as_off.dropna().all():

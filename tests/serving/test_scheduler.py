@@ -176,6 +176,76 @@ def test_adaptive_probes_when_off_and_recovers():
     assert pol.choose_k(12) > 0
 
 
+def _simulate(pol, batch_size, steps, seconds_per_step, tokens_per_request):
+    """A stand-in engine: at each step the policy picks K, the step takes ``seconds_per_step(K)``
+    and each request emits ``tokens_per_request(K)`` tokens (K - 1 of them accepted drafts)."""
+    ks = []
+    for _ in range(steps):
+        k = pol.choose_k(batch_size)
+        tokens = tokens_per_request(k)
+        pol.observe_step(batch_size, k, batch_size * tokens, seconds_per_step(k))
+        for _ in range(batch_size):
+            pol.observe(k, tokens - 1)
+        ks.append(k)
+    return ks
+
+
+def test_adaptive_measured_step_times_veto_speculation_the_model_overrates():
+    # The model (a forward that is free to widen) says speculate; the measured steps say each
+    # draft costs 30 % of a step while adding 0.2 tokens: plain decoding has the better goodput.
+    def make():
+        return AdaptivePolicy(4, cost=lambda b, n: 1.0, prior_alpha=0.2, prior_weight=1e6, probe_every=10)
+
+    def seconds(k):
+        return 1.0 + 0.3 * k
+
+    def tokens(k):
+        return 1 + min(k, 1) * 0.2 * k
+
+    pol = make()
+    assert pol.best_k(8) > 0  # the forward-time model alone would speculate
+    ks = _simulate(pol, 8, 60, seconds, tokens)
+    assert ks[:4] == [4, 4, 0, 0]  # the model's K (here the largest) and K = 0 measured twice each first
+    late = ks[20:]
+    assert late.count(0) >= 0.8 * len(late)  # then mostly off, a probe now and then
+    blind = AdaptivePolicy(4, cost=lambda b, n: 1.0, prior_alpha=0.2, prior_weight=1e6, measure_steps=False)
+    assert 0 not in _simulate(blind, 8, 60, seconds, tokens)  # the model alone keeps paying for drafts
+
+
+def test_adaptive_measured_step_times_pick_the_larger_k_when_it_pays():
+    # The model (a compute-bound forward) prefers a short draft; measured, K = 4 emits the most per second.
+    pol = AdaptivePolicy(4, cost=roofline_cost(knee_tokens=8), prior_alpha=0.6, prior_weight=1e6, probe_every=0)
+    assert 0 < pol.best_k(4) < 4
+    ks = _simulate(pol, 4, 40, lambda k: 1.0 + 0.02 * k, lambda k: 1 + 0.6 * k)
+    assert ks[-10:] == [4] * 10
+
+
+def test_adaptive_pools_step_times_per_batch_bucket():
+    from specdecode_ref.serving.policies import batch_bucket
+
+    assert [batch_bucket(b) for b in (1, 2, 3, 4, 5, 8, 9)] == [1, 2, 4, 4, 8, 8, 16]
+    pol = AdaptivePolicy(2, cost=lambda b, n: 1.0, prior_alpha=0.5, prior_weight=1e6, token_prior_steps=0)
+    for _ in range(3):
+        pol.observe_step(5, 2, 10, 1.0)
+    assert pol.measured_goodput(8, 2) == pytest.approx(2.0) and pol.measured_goodput(4, 2) is None
+    # With a prior, the measured 2 tokens per step are pulled towards the model's 1.75 (alpha 0.5, K 2).
+    shrunk = AdaptivePolicy(2, cost=lambda b, n: 1.0, prior_alpha=0.5, prior_weight=1e6, token_prior_steps=4)
+    shrunk.observe_step(5, 2, 10, 1.0)
+    assert shrunk.tokens_per_step(2) == pytest.approx((2.0 + 4 * 1.75) / 5) and shrunk.tokens_per_step(0) == 1.0
+    with pytest.raises(ValueError, match="min_samples"):
+        AdaptivePolicy(2, min_samples=0)
+
+
+def test_adaptive_borrows_the_nearest_measured_bucket_then_measures_its_own():
+    pol = AdaptivePolicy(4, cost=lambda b, n: 1.0, prior_alpha=0.2, prior_weight=1e6, reprobe_every=6)
+    ks8 = _simulate(pol, 8, 10, lambda k: 1.0 + 0.3 * k, lambda k: 1 + 0.2 * k)
+    assert ks8[:4] == [4, 4, 0, 0] and ks8[4:8] == [0] * 4  # measured at batch 8: off wins
+    ks3 = _simulate(pol, 3, 12, lambda k: 1.0 + 0.01 * k, lambda k: 1 + 0.2 * k)
+    # Batch 3 (bucket 4): batch 8's verdict for 6 steps (which measures K = 0 here), then K = 4
+    # measured here too: drafts are nearly free at this batch, so from then on it speculates.
+    assert ks3[:6] == [0] * 6 and ks3[6:] == [4] * 6
+
+
 def test_adaptive_in_the_scheduler_stops_drafting_rejected_drafts_at_batch(tiny_model):
     prompts, budgets = _workload(24, seed=7)
     budgets = [20] * len(prompts)
