@@ -47,10 +47,13 @@ def vllm_python() -> Path:
 
 
 def vllm_available() -> tuple[bool, str]:
-    """(True, version) when vLLM imports in its environment, else (False, what to do)."""
+    """(True, version) when vLLM imports in its environment, else (False, what to do). A success is
+    remembered per interpreter path (importing vLLM takes seconds)."""
     py = vllm_python()
     if not py.exists():
         return False, f"no vLLM environment at {py.parent.parent}: {SETUP_HINT}"
+    if str(py) in _IMPORTS_OK:
+        return True, _IMPORTS_OK[str(py)]
     try:
         out = subprocess.run([str(py), "-c", "import vllm; print(vllm.__version__)"], capture_output=True,
                              text=True, timeout=300, env=_job_env(py))
@@ -59,7 +62,24 @@ def vllm_available() -> tuple[bool, str]:
     if out.returncode != 0:
         last = (out.stderr.strip().splitlines() or ["?"])[-1]
         return False, f"`import vllm` fails in {py}: {last}; {SETUP_HINT}"
-    return True, out.stdout.strip()
+    _IMPORTS_OK[str(py)] = out.stdout.strip()
+    return True, _IMPORTS_OK[str(py)]
+
+
+_IMPORTS_OK: dict = {}  # interpreter path -> vLLM version, for interpreters where the import worked
+
+
+NOTEBOOK_SWITCH = "SPECDECODE_NOTEBOOK_VLLM"
+
+
+def vllm_for_notebooks() -> tuple[bool, str]:
+    """:func:`vllm_available`, unless ``SPECDECODE_NOTEBOOK_VLLM=0``: ``make test`` sets it, because
+    it has already run the vLLM cross-checks on their own and a notebook's two engine start-ups
+    would only repeat them."""
+    if os.environ.get(NOTEBOOK_SWITCH, "1") == "0":
+        return False, (f"{NOTEBOOK_SWITCH}=0: the vLLM runs are left out here (make test runs its vLLM "
+                       "cross-checks before the notebooks)")
+    return vllm_available()
 
 
 def ngram_config(k: int = 5, min_n: int = 1, max_n: int = 4) -> dict:
