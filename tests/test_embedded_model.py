@@ -12,27 +12,27 @@ from specdecode_ref.measure.workloads import load_workloads
 CATEGORIES = ["summarization", "code", "qa", "rag_qa", "multi_turn"]
 
 
-def prompts():
-    wl = load_workloads(CATEGORIES, per_category=2)
+def prompts(per_category=2):
+    wl = load_workloads(CATEGORIES, per_category=per_category)
     return [(c, p["id"], p["messages"]) for c in CATEGORIES for p in wl[c]]
 
 
 def test_greedy_ngram_equals_plain_and_hf(embedded):
     model, tok = embedded
-    mismatches, drafted, cases = [], 0, prompts()
-    assert len(cases) >= 10 and len({c for c, _, _ in cases}) >= 3
+    mismatches, drafted, cases = [], 0, prompts(per_category=1)
+    assert len(cases) >= 5 and len({c for c, _, _ in cases}) >= 5
     eos = tok.convert_tokens_to_ids("<|im_end|>")
     for category, pid, messages in cases:
         ids = chat_ids(tok, messages)
-        plain = autoregressive_generate(model, ids, max_new_tokens=64, stop_on_eos=False)
-        spec = generate(model, ids, proposer=load_proposer("ngram", model, k=5), max_new_tokens=64,
+        plain = autoregressive_generate(model, ids, max_new_tokens=48, stop_on_eos=False)
+        spec = generate(model, ids, proposer=load_proposer("ngram", model, k=5), max_new_tokens=48,
                         stop_on_eos=False)
         # Pass the attention mask: with pad == <|im_end|>, HF would otherwise infer one that masks
         # the chat template's own <|im_end|> tokens and shifts positions (a real pitfall).
-        hf = model.generate(ids[None], attention_mask=torch.ones_like(ids[None]), max_new_tokens=64, do_sample=False, temperature=None, top_p=None,
+        hf = model.generate(ids[None], attention_mask=torch.ones_like(ids[None]), max_new_tokens=48, do_sample=False, temperature=None, top_p=None,
                             top_k=None, eos_token_id=None, pad_token_id=eos)[0, ids.numel():]
         drafted += spec.stats.drafted
-        assert len(plain.tokens) == 64
+        assert len(plain.tokens) == 48
         if not (spec.tokens.tolist() == plain.tokens.tolist() == hf.tolist()):
             mismatches.append(pid)
     assert not mismatches, f"outputs differ for {mismatches}"
