@@ -91,6 +91,15 @@ def _validate(model, input_ids, max_new_tokens):
     return input_ids.long()
 
 
+def _to_device(ids, device) -> torch.Tensor:
+    """Token ids (a list or tensor) as a LongTensor on ``device``. A Python list copied straight to
+    a GPU is a synchronous copy: the host waits for every kernel queued before it. Through pinned
+    memory the copy is queued like a kernel, so a step syncs only where the engine reads a token."""
+    if isinstance(ids, torch.Tensor) or device.type != "cuda":
+        return torch.as_tensor(ids, dtype=torch.long, device=device)
+    return torch.tensor(ids, dtype=torch.long).pin_memory().to(device, non_blocking=True)
+
+
 class _Target:
     """The target model with its KV cache: the one code path for plain and speculative decoding."""
 
@@ -110,7 +119,7 @@ class _Target:
         positions [1, n] (tree drafts, see trees.py); None lets the model build the ordinary causal ones.
         """
         t0 = time.perf_counter()
-        x = torch.as_tensor(ids, dtype=torch.long, device=self.device).reshape(1, -1)
+        x = _to_device(ids, self.device).reshape(1, -1)
         kwargs = {"logits_to_keep": 1} if last_only else {}
         if attention_mask is not None:
             kwargs.update(attention_mask=attention_mask, position_ids=position_ids)
