@@ -104,3 +104,30 @@ class RandomDraftProposer(Proposer):
         q = logits_to_probs(self.q.log()[None].expand(self.k, -1), state.sampling)
         toks = torch.multinomial(q, 1, generator=state.generator).squeeze(1)
         return Draft(toks, probs=q)
+
+
+def check_unrolled_matches_sequential(head, target, features, tokens, steps: int) -> None:
+    """Training-time test shows the head what drafting shows it: step 1 reads the real features,
+    step s its own outputs of step s - 1. Each row of the batched unrolled forward (one call per
+    step, ``masks.unrolled_mask``) must equal drafting from that row's prefix with a fresh cache,
+    one token at a time. features: [1, q, F]; tokens: [1, q]."""
+    from transformers import DynamicCache
+
+    from specdecode_ref import masks
+    from specdecode_ref.masks import causal_mask
+
+    q = tokens.shape[1]
+    pos = torch.arange(q)[None]
+    with torch.no_grad():
+        cache = DynamicCache()
+        outs = [head(features, tokens, pos, causal_mask(q, 0), target, cache)]
+        for s in range(2, steps + 1):
+            outs.append(head(outs[-1][:, :-1], tokens[:, s - 1:], pos[:, s - 1:], masks.unrolled_mask(q, s), target,
+                             cache))
+        for j in range(q - steps + 1):
+            c = DynamicCache()
+            out = head(features[:, : j + 1], tokens[:, : j + 1], pos[:, : j + 1], causal_mask(j + 1, 0), target,
+                       c)[:, -1:]
+            for s in range(2, steps + 1):  # drafted token s: own previous output, next real token
+                out = head(out, tokens[:, j + s - 1: j + s], pos[:, j + s - 1: j + s], None, target, c)
+                torch.testing.assert_close(outs[s - 1][:, j], out[:, 0], atol=1e-5, rtol=1e-4)

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from support import RecordsAccepted, make_tiny_llama, noisy, sampled_joint_pvalue
+from support import RecordsAccepted, check_unrolled_matches_sequential, make_tiny_llama, noisy, sampled_joint_pvalue
 from specdecode_ref import SamplingParams, autoregressive_generate, generate, kv, masks, trees
 from specdecode_ref.training import cli, distill, train
 from specdecode_ref.proposers import eagle
@@ -258,28 +258,11 @@ def test_unrolled_training_matches_inference_drafting(target4, steps):
     """Training-time test must show the head exactly what drafting token s shows it: real entries up
     to position j, then its own outputs. Each row of the batched unrolled forward (one mask) is
     checked against the proposer's way: a fresh cache of real inputs, then own outputs one by one."""
-    from transformers import DynamicCache
-
-    from specdecode_ref.masks import causal_mask
-
     head = noisy(build_eagle_head(target4), 0.3, 1)
     g = torch.Generator().manual_seed(0)
     q, H = 9, target4.config.hidden_size
-    f = torch.randn(1, q, H, generator=g)
-    tok = torch.randint(0, 64, (1, q), generator=g)
-    pos = torch.arange(q)[None]
-    with torch.no_grad():
-        cache = DynamicCache()
-        outs = [head(f, tok, pos, causal_mask(q, 0), target4, cache)]
-        for s in range(2, steps + 1):
-            outs.append(head(outs[-1][:, :-1], tok[:, s - 1:], pos[:, s - 1:], masks.unrolled_mask(q, s), target4,
-                             cache))
-        for j in range(q - steps + 1):
-            c = DynamicCache()
-            out = head(f[:, : j + 1], tok[:, : j + 1], pos[:, : j + 1], causal_mask(j + 1, 0), target4, c)[:, -1:]
-            for s in range(2, steps + 1):  # drafted token s: own previous output, next real token
-                out = head(out, tok[:, j + s - 1: j + s], pos[:, j + s - 1: j + s], None, target4, c)
-                torch.testing.assert_close(outs[s - 1][:, j], out[:, 0], atol=1e-5, rtol=1e-4)
+    check_unrolled_matches_sequential(head, target4, torch.randn(1, q, H, generator=g),
+                                      torch.randint(0, 64, (1, q), generator=g), steps)
     m = masks.unrolled_mask(5, 3)[0, 0]
     assert m.shape == (3, 5 + 4 + 3) and int(m[1, :5].sum()) == 2 and m[1, 5 + 1] and m[1, 9 + 1]
     with pytest.raises(ValueError, match="unroll"):

@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
-from support import noisy, sampled_joint_pvalue
+from support import check_unrolled_matches_sequential, noisy, sampled_joint_pvalue
 from test_eagle import PROMPT, SCALES, CheckedEagle, OracleChecked
-from specdecode_ref import SamplingParams, autoregressive_generate, generate, masks
+from specdecode_ref import SamplingParams, autoregressive_generate, generate
 from specdecode_ref.proposers import eagle
 from specdecode_ref.proposers.eagle import EagleHead, EagleProposer, FusedEagleHead, build_eagle_head
 from specdecode_ref.proposers.vocab import VocabHead, frequent_tokens, save_vocab
@@ -295,28 +295,11 @@ def test_fused_training_lowers_the_loss(target4, fused_corpus, fused_trained, vo
 def test_fused_unrolled_training_matches_inference_drafting(target4):
     """Training-time test with the fused head: step 1 reads the fused features, later steps its own
     outputs [H], exactly as drafting does (one batched unrolled forward vs a fresh cache per row)."""
-    from transformers import DynamicCache
-
-    from specdecode_ref.masks import causal_mask
-
     head = noisy(build_eagle_head(target4, "fused", LAYERS), 0.3, 1)
     g = torch.Generator().manual_seed(0)
-    q, H, steps = 8, target4.config.hidden_size, 3
-    f = torch.randn(1, q, 3 * H, generator=g)
-    tok = torch.randint(0, 64, (1, q), generator=g)
-    pos = torch.arange(q)[None]
-    with torch.no_grad():
-        cache = DynamicCache()
-        outs = [head(f, tok, pos, causal_mask(q, 0), target4, cache)]
-        for s in range(2, steps + 1):
-            outs.append(head(outs[-1][:, :-1], tok[:, s - 1:], pos[:, s - 1:], masks.unrolled_mask(q, s), target4,
-                             cache))
-        for j in range(q - steps + 1):
-            c = DynamicCache()
-            out = head(f[:, : j + 1], tok[:, : j + 1], pos[:, : j + 1], causal_mask(j + 1, 0), target4, c)[:, -1:]
-            for s in range(2, steps + 1):
-                out = head(out, tok[:, j + s - 1: j + s], pos[:, j + s - 1: j + s], None, target4, c)
-                torch.testing.assert_close(outs[s - 1][:, j], out[:, 0], atol=1e-5, rtol=1e-4)
+    q, H = 8, target4.config.hidden_size
+    check_unrolled_matches_sequential(head, target4, torch.randn(1, q, 3 * H, generator=g),
+                                      torch.randint(0, 64, (1, q), generator=g), steps=3)
 
 
 def test_fused_unrolled_training_reports_every_step(target4, fused_corpus, fused_trained):
