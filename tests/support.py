@@ -54,7 +54,7 @@ def exact_joint(model, prompt, steps, sampling):
     return probs.gather(2, seqs[..., None]).squeeze(-1).prod(1).numpy()
 
 
-def sampled_joint_pvalue(model, prompt, proposer_factory, sampling, n=3000, steps=3, generate_fn=generate):
+def sampled_joint_pvalue(model, prompt, proposer_factory, sampling, n=2000, steps=3, generate_fn=generate):
     v = model.config.vocab_size
     counts = np.zeros(v ** steps)
     for seed in range(n):

@@ -134,7 +134,7 @@ def test_sampled_engine_with_planted_bug_fails(small_vocab_model, monkeypatch):
     monkeypatch.setattr(engine, "rejection_sample", resample_from_target)
     prompt = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
     p = sampled_joint_pvalue(small_vocab_model, prompt, lambda: RandomDraftProposer(3, 6),
-                             SamplingParams(temperature=0.8))
+                             SamplingParams(temperature=0.8), n=3000)
     assert p < 1e-6
 
 

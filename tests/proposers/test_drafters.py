@@ -89,7 +89,7 @@ def test_draft_model_planted_bug_wrong_q_is_caught(small_vocab):
 
     draft = noisy_draft(small_vocab, 0.5, 0, (1,))
     prompt = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
-    p = sampled_joint_pvalue(small_vocab, prompt, lambda: WrongQ(draft, k=2), SamplingParams(temperature=1.0))
+    p = sampled_joint_pvalue(small_vocab, prompt, lambda: WrongQ(draft, k=2), SamplingParams(temperature=1.0), n=3000)
     assert p < 1e-6
 
 
