@@ -203,14 +203,10 @@ def main(argv=None) -> int:
     ap.add_argument("--compile", action="store_true", help="also time static cache + torch.compile")
     args = ap.parse_args(argv)
     from ..models import chat_ids, load_model
-    from .timing import busy_machine_warning
+    from .timing import start_timed_cli
     from .workloads import load_workloads
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    warning = busy_machine_warning()
-    if warning:
-        print(warning, file=sys.stderr)
+    start_timed_cli(args.threads)
     model, tok = load_model(dtype=args.dtype)
     items = [item for group in load_workloads(per_category=1).values() for item in group]
     prompts = [chat_ids(tok, item["messages"]) for item in items][: args.prompts]

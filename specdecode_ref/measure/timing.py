@@ -173,3 +173,14 @@ def busy_machine_warning(interval: float = 1.0) -> str | None:
             f"timings will be noisy (torch uses {torch.get_num_threads()} threads; "
             "--threads 1 suffers less from contention)")
 
+
+def start_timed_cli(threads: int | None = None) -> None:
+    """What a timing command does first: set torch's CPU threads (None: torch's choice), then say
+    on stderr if other processes already load the CPUs (:func:`busy_machine_warning`)."""
+    import sys
+
+    if threads:
+        torch.set_num_threads(threads)
+    warning = busy_machine_warning()
+    if warning:
+        print(warning, file=sys.stderr)

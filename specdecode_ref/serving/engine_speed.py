@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-import torch
-
 
 def compare_one_at_a_time(model, tokenizer, workloads: dict, methods=("plain", "ngram"), max_new_tokens: int = 64,
                           vllm_k: int = 4, vllm_dir=None, dtype: str = "bf16", progress: bool = True):
@@ -67,15 +65,11 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
     ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args(argv)
-    from ..measure.timing import busy_machine_warning
+    from ..measure.timing import start_timed_cli
     from ..measure.workloads import load_workloads
     from ..models import load_model
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    warning = busy_machine_warning()
-    if warning:
-        print(warning, file=sys.stderr)
+    start_timed_cli(args.threads)
     model, tok = load_model(dtype=args.dtype)
     table = compare_one_at_a_time(model, tok, load_workloads(per_category=args.per_category),
                                   [m.strip() for m in args.methods.split(",")], args.max_new_tokens, args.vllm_k,
