@@ -3,6 +3,7 @@ statistical tests and visualisation. None of it is needed to decode; all of it i
 checks its formulas against a real model.
 
     timing          median-of-runs timing, decode rates, the quiet-machine check before measuring
+    run_size        one switch for the notebooks' experiment sizes: full (committed outputs) or small (make test)
     bench           every method on the same prompts vs Hugging Face (``python -m specdecode_ref.measure.bench``)
     workloads       the benchmark's prompts by category, and the disjoint training prompts
     compare         interleaved runs of several proposers, per-method tables, decode rates, one step probed

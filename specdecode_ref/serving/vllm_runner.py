@@ -28,6 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..measure.run_size import SWITCH, small_run
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON_ENV = "SPECDECODE_VLLM_PYTHON"  # a Python that can `import vllm`
 DEFAULT_VENV = REPO_ROOT / ".venv-vllm"
@@ -69,15 +71,12 @@ def vllm_available() -> tuple[bool, str]:
 _IMPORTS_OK: dict = {}  # interpreter path -> vLLM version, for interpreters where the import worked
 
 
-NOTEBOOK_SWITCH = "SPECDECODE_NOTEBOOK_VLLM"
-
-
 def vllm_for_notebooks() -> tuple[bool, str]:
-    """:func:`vllm_available`, unless ``SPECDECODE_NOTEBOOK_VLLM=0``: ``make test`` sets it, because
-    it has already run the vLLM cross-checks on their own and a notebook's two engine start-ups
-    would only repeat them."""
-    if os.environ.get(NOTEBOOK_SWITCH, "1") == "0":
-        return False, (f"{NOTEBOOK_SWITCH}=0: the vLLM runs are left out here (make test runs its vLLM "
+    """:func:`vllm_available`, except in a small run (``SPECDECODE_SMALL_RUN=1``, see
+    ``measure.run_size``): ``make test`` runs the vLLM cross-checks on their own first, and a
+    notebook's two engine start-ups would only repeat them."""
+    if small_run():
+        return False, (f"{SWITCH}=1: a small run leaves the vLLM runs out (make test runs its vLLM "
                        "cross-checks before the notebooks)")
     return vllm_available()
 
