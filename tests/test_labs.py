@@ -35,11 +35,22 @@ def test_labs_exist():
     assert [p.name[:5] for p in LAB_DIRS][:5] == ["lab01", "lab02", "lab03", "lab04", "lab05"]
 
 
+# The tamper attempts are the same four files appended to any lab's stubs, and the defences that
+# catch them are the runner's, not a lab's: they run here on a lab whose tests use the chi-square
+# helper (lab 1, which the grader also watches) and on one whose tests do not (lab 3). Each attempt
+# costs a process of its own; `python -m specdecode_ref.grading labs/lab0* --self-test` runs them
+# on every lab.
+TAMPER_LABS = {"lab01_rejection_sampler", "lab03_speedup_model"}
+
+
 @pytest.fixture(scope="module")
 def self_tests():
     """Self-test every lab once, the labs in parallel (each grades its submissions in one process)."""
+    def one(lab_dir):
+        return grading.self_test(lab_dir, test_timeout=60, timeout=300, tamper=lab_dir.name in TAMPER_LABS)
+
     with ThreadPoolExecutor(max_workers=len(LAB_DIRS)) as pool:
-        results = list(pool.map(lambda d: grading.self_test(d, test_timeout=60, timeout=300), LAB_DIRS))
+        results = list(pool.map(one, LAB_DIRS))
     return dict(zip(LAB_IDS, results))
 
 
@@ -56,7 +67,8 @@ def test_self_test(self_tests, lab):
     mutants = [r for name, r in by_name.items() if name.startswith("mutant:")]
     assert all(r["status"] == "ok" and r["score"] < r["max_score"] for r in mutants)
     tampered = [r for r in report["submissions"] if r["role"] == "tamper attempt"]
-    assert len(tampered) >= 4 and all(r["status"] == "tampered" and r["score"] == 0 for r in tampered)
+    if lab in TAMPER_LABS:
+        assert len(tampered) >= 4 and all(r["status"] == "tampered" and r["score"] == 0 for r in tampered)
     assert any(t["hidden"] for t in report["tests"]) and any(not t["hidden"] for t in report["tests"])
 
 
