@@ -19,10 +19,10 @@ VLLM ?= 1
 # uv does not read pip's configuration: hand it pip's find-links (where a local CPU torch wheel lies).
 PIP_LINKS   = $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
 
-.PHONY: setup lab test test-fast test-vllm bench vllm-env vllm-env-if-possible clean-model help
+.PHONY: setup lab test test-units test-notebooks test-fast test-vllm bench vllm-env vllm-env-if-possible clean-model help
 
 help:
-	@echo "make lab | make test | make test-fast | make bench | make vllm-env"
+	@echo "make lab | make test | make test-units | make test-notebooks | make test-fast | make bench | make vllm-env"
 
 $(STAMP): requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -42,11 +42,31 @@ setup: $(STAMP)
 lab: setup
 	$(VENV)/bin/jupyter lab notebooks/00_why_decoding_is_slow.ipynb --notebook-dir=. $(ROOT_FLAG)
 
-# The vLLM cross-checks run first, on their own, while nothing else loads the CPU; then the rest
-# (notebook 10 then leaves out its own vLLM runs, which would repeat them: two engine start-ups).
+# The vLLM cross-checks run first, on their own, while nothing else loads the CPU. Then two streams
+# run side by side, one torch thread each: the unit and real-model tests, and the notebooks (course
+# and labs) under nbval. Two one-thread processes get through about 1.7x the work of one process
+# with two threads on a 2-core machine. The notebooks print as they go; the unit tests' report
+# follows when both have finished (it is kept in $(TEST_LOG)).
+# The notebooks run small (SPECDECODE_SMALL_RUN=1, see specdecode_ref/measure/run_size.py): the
+# same cells and exact checks on fewer prompts and tokens, and without their own vLLM start-ups.
+TEST_LOG := .test-logs/unit-tests.log
 test: setup $(if $(filter 1,$(VLLM)),vllm-env-if-possible)
 	$(if $(filter 1,$(VLLM)),$(PY) -m pytest -m "vllm and not vllm_extra" tests/serving)
-	SPECDECODE_NOTEBOOK_VLLM=0 $(PY) -m pytest -m "not vllm"
+	@mkdir -p $(dir $(TEST_LOG))
+	@echo "unit tests: running beside the notebooks, report in $(TEST_LOG) (printed at the end)"
+	@OMP_NUM_THREADS=1 $(PY) -m pytest tests -m "not vllm" > $(TEST_LOG) 2>&1 & units=$$!; \
+	  status=0; \
+	  SPECDECODE_SMALL_RUN=1 OMP_NUM_THREADS=1 $(PY) -m pytest notebooks labs -m "not vllm" || status=1; \
+	  wait $$units || status=1; \
+	  echo; echo "===== unit and real-model tests ($(TEST_LOG)) ====="; cat $(TEST_LOG); \
+	  exit $$status
+
+# Each stream alone, with all cores: the unit and real-model tests; the notebooks, small.
+test-units: setup
+	$(PY) -m pytest tests -m "not vllm"
+
+test-notebooks: setup
+	SPECDECODE_SMALL_RUN=1 $(PY) -m pytest notebooks labs -m "not vllm"
 
 # Every vLLM check, the draft-model export and the load sweep included (a few minutes more).
 test-vllm: setup vllm-env
