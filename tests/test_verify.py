@@ -72,8 +72,10 @@ CASES = {
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_rejection_sample_preserves_p(name):
+    # One fixed seed per case (its place in the sorted names): str hashes change from process to
+    # process, which would make a rare failure impossible to reproduce.
     p, q = CASES[name]
-    counts = first_token_counts(p, q, 20000, seed=hash(name) % 1000)
+    counts = first_token_counts(p, q, 20000, seed=sorted(CASES).index(name))
     assert chi2_pvalue(counts, p.numpy()) > 1e-3, (name, counts)
 
 
