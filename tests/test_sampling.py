@@ -41,8 +41,19 @@ def test_top_p_smallest_nucleus():
     assert kept.tolist() == [True, False, False, False]  # the top token always survives
 
 
-@pytest.mark.parametrize("kwargs", [dict(temperature=-1.0), dict(top_k=-3), dict(top_k=2.5),
-                                    dict(top_p=0.0), dict(top_p=1.5)])
+@pytest.mark.parametrize("kwargs", [dict(temperature=-1.0), dict(temperature=float("nan")),
+                                    dict(temperature=float("inf")), dict(temperature=True), dict(top_k=-3),
+                                    dict(top_k=2.5), dict(top_k=True), dict(top_p=0.0), dict(top_p=1.5),
+                                    dict(top_p=float("nan"))])
 def test_bad_params_raise(kwargs):
-    with pytest.raises(ValueError):
+    name = next(iter(kwargs))
+    with pytest.raises(ValueError, match=name):
         SamplingParams(**kwargs)
+
+
+def test_nan_temperature_in_generate_is_a_clear_error(tiny_model):
+    from specdecode_ref import generate
+
+    with pytest.raises(ValueError, match="temperature must be a finite number"):
+        generate(tiny_model, torch.tensor([1, 2, 3]), max_new_tokens=4,
+                 sampling=SamplingParams(temperature=float("nan")))
