@@ -66,12 +66,30 @@ def test_small_bins_are_pooled():
     assert res2.pooled == 10 and res2.bins == 2 and res2.dof == 1
 
 
-def test_calibrated_under_the_null():
-    """With pooling, the p-value is ~uniform when the null holds: about 5 % fall below 0.05."""
+def _rejections_at_5_percent(pvalue, n=1000):
+    """How many of n samples of the right law a p-value function rejects at 0.05 (seeds 0..n-1)."""
     p = np.r_[np.linspace(1, 30, 20), np.full(30, 0.05)]
     p = p / p.sum()
-    below = sum(chi_square_pvalue(exact_counts(p, 2000, seed), p) < 0.05 for seed in range(300))
-    assert 4 <= below <= 30, below  # expected 15; binomial sd ~3.8
+    return sum(pvalue(exact_counts(p, 2000, seed), p) < 0.05 for seed in range(n))
+
+
+# Under the null, rejections ~ Binomial(1000, 0.05): mean 50, sd 6.9. The band [30, 72] holds a
+# calibrated test with 3 sd to spare on each side; a test that rejects twice as often (mean 100,
+# sd 9.5) lands in it with probability about 0.2 %, and so does one that rejects half as often.
+CALIBRATED = range(30, 73)
+
+
+def test_calibrated_under_the_null():
+    """With pooling, the p-value is ~uniform when the null holds: about 5 % fall below 0.05."""
+    below = _rejections_at_5_percent(chi_square_pvalue)
+    assert below in CALIBRATED, below
+
+
+@pytest.mark.parametrize("factor", [0.5, 2.0])
+def test_planted_miscalibrated_pvalue_is_caught(factor):
+    """The same check catches a p-value that rejects twice (or half) as often as it should."""
+    below = _rejections_at_5_percent(lambda c, p: min(1.0, chi_square_pvalue(c, p) / factor))
+    assert below not in CALIBRATED, below
 
 
 def test_input_errors():
