@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 import torch
 
 from specdecode_ref.engine import generate
@@ -131,3 +132,16 @@ def check_unrolled_matches_sequential(head, target, features, tokens, steps: int
             for s in range(2, steps + 1):  # drafted token s: own previous output, next real token
                 out = head(out, tokens[:, j + s - 1: j + s], pos[:, j + s - 1: j + s], None, target, c)
                 torch.testing.assert_close(outs[s - 1][:, j], out[:, 0], atol=1e-5, rtol=1e-4)
+
+
+def need_vllm() -> str:
+    """vLLM's version, or skip the test with the reason; under SPECDECODE_REQUIRE_VLLM=1 (CI) a
+    missing or broken vLLM environment fails the test instead."""
+    from specdecode_ref.serving import vllm_runner
+
+    ok, why = vllm_runner.vllm_available()
+    if not ok:
+        if vllm_runner.vllm_required():
+            pytest.fail(f"{vllm_runner.REQUIRE_ENV}=1 but vLLM is not available: {why}")
+        pytest.skip(f"vLLM is not available: {why}")
+    return why

@@ -70,6 +70,14 @@ def vllm_available() -> tuple[bool, str]:
 
 _IMPORTS_OK: dict = {}  # interpreter path -> vLLM version, for interpreters where the import worked
 
+REQUIRE_ENV = "SPECDECODE_REQUIRE_VLLM"
+
+
+def vllm_required() -> bool:
+    """True under ``SPECDECODE_REQUIRE_VLLM=1`` (CI sets it): a missing or broken vLLM environment
+    is then a failure, not a skip, so a green run proves the cross-checks ran."""
+    return os.environ.get(REQUIRE_ENV, "").strip() == "1"
+
 
 def vllm_for_notebooks() -> tuple[bool, str]:
     """:func:`vllm_available`, except in a small run (``SPECDECODE_SMALL_RUN=1``, see

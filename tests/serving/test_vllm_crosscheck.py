@@ -15,9 +15,11 @@ function of the context alone too. Measured here (k = 3): both outputs equal pla
 drafting steps 35, drafted 105, accepted 18, accepted per position [9, 5, 4] in both engines.
 
 vLLM lives in its own environment (``make vllm-env``); without it this test is skipped and says how
-to build it.
+to build it (under SPECDECODE_REQUIRE_VLLM=1, as in CI, it fails instead).
 """
 import pytest
+
+from support import need_vllm
 
 from specdecode_ref import generate
 from specdecode_ref.models import EMBEDDED, cache_dir, chat_ids
@@ -39,10 +41,7 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def vllm_ok():
-    ok, why = V.vllm_available()
-    if not ok:
-        pytest.skip(f"vLLM is not available: {why}")
-    return why
+    return need_vllm()
 
 
 def test_ngram_counters_match_vllm(embedded, vllm_ok):

@@ -37,3 +37,18 @@ def test_job_reports_only_the_timed_part():
     after = {V.DRAFTS: 10, V.ACCEPTED_PER_POS: [5, 3, 1]}
     before = {V.DRAFTS: 2, V.ACCEPTED_PER_POS: [1, 1]}
     assert job._difference(after, before) == {V.DRAFTS: 8, V.ACCEPTED_PER_POS: [4, 2, 1]}
+
+
+def test_required_vllm_fails_instead_of_skipping(monkeypatch, tmp_path):
+    """CI sets SPECDECODE_REQUIRE_VLLM=1: a missing vLLM environment then fails the cross-checks
+    instead of skipping them, so a green CI means they ran."""
+    from support import need_vllm
+
+    monkeypatch.setenv(V.VLLM_PYTHON_ENV, str(tmp_path / "no-venv" / "bin" / "python"))
+    monkeypatch.setenv(V.REQUIRE_ENV, "1")
+    assert V.vllm_required()
+    with pytest.raises(pytest.fail.Exception, match="SPECDECODE_REQUIRE_VLLM=1 but vLLM is not available"):
+        need_vllm()
+    monkeypatch.setenv(V.REQUIRE_ENV, "0")
+    with pytest.raises(pytest.skip.Exception, match="vLLM is not available"):
+        need_vllm()

@@ -3,9 +3,12 @@
 plain greedy decoding in our engine. The prompts are those of test_vllm_crosscheck.py, whose fp32
 outputs agree between the two engines.
 
-vLLM lives in its own environment (``make vllm-env``); without it this test is skipped.
+vLLM lives in its own environment (``make vllm-env``); without it this test is skipped (under
+SPECDECODE_REQUIRE_VLLM=1, as in CI, it fails instead).
 """
 import pytest
+
+from support import need_vllm
 
 from specdecode_ref import autoregressive_generate
 from specdecode_ref.models import EMBEDDED, cache_dir, chat_ids
@@ -25,9 +28,7 @@ PROMPTS = [
 
 @pytest.mark.vllm_extra
 def test_vllm_sweep_with_speculation_equals_plain_greedy(embedded):
-    ok, why = V.vllm_available()
-    if not ok:
-        pytest.skip(f"vLLM is not available: {why}")
+    need_vllm()
     model, tok = embedded
     prompts = [chat_ids(tok, p) for p in PROMPTS]
     plain = [autoregressive_generate(model, p, max_new_tokens=MAX_TOKENS).tokens.tolist() for p in prompts]
