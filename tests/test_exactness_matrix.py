@@ -1,0 +1,172 @@
+"""Every registered proposer on every decoding path, on the real model in fp32.
+
+Greedy speculative output must equal plain greedy decoding token for token, whatever the drafter
+and whatever the path: ``generate`` with one draft token (k = 1) and with a deep draft (rejection at
+the first position, partial and longer accepted runs all occur and are rolled back; the histogram
+of acceptance lengths is printed: the shipped drafters, trained on chat answers, rarely have four
+drafts in a row accepted on these prompts, so full-length acceptance at k = 4 is exercised by the
+tiny-model tests in tests/proposers/test_drafters.py, and here by the three-head chains), ``generate_batch``
+(each row against that prompt decoded alone), the serving scheduler (with a KV pool too small for
+both requests at full length), and an EOS token that arrives *inside* an accepted draft (generation must stop right
+there, with finish reason "eos", on every path). Paths that do not take a proposer refuse it with
+a message that says why; that refusal is tested too.
+
+The table this file fills (exact = tested equal to plain; refused = tested error):
+
+    proposer          generate k=1  generate deep k  generate_batch  scheduler  EOS inside a draft
+    ngram             exact         exact (k=5)      exact           exact      exact (all paths)
+    draft             exact         exact (k=4)      exact           exact      exact (all paths)
+    draft-fullvocab   exact         exact (k=4)      exact           exact      exact (all paths)
+    early-exit        exact         exact (k=4)      refused         refused    exact (generate)
+    medusa-chain      exact         exact (k=3)*     refused         refused    exact (generate)
+    hydra-chain       exact         exact (k=3)*     refused         refused    exact (generate)
+    eagle             exact         exact (k=4)      refused         refused    exact (generate)
+    medusa (tree)     exact (1 node) exact (8 nodes)  refused        refused    exact (generate)
+    hydra (tree)      exact (1 node) exact (8 nodes)  refused        refused    exact (generate)
+    eagle-tree        exact (1 node) exact (16 nodes) refused        refused    exact (generate)
+
+    * three heads: a chain of Medusa or Hydra heads drafts at most 3 tokens.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+
+from specdecode_ref import autoregressive_generate, chat_ids, generate, generate_batch
+from specdecode_ref.engine import ACCEPTED
+from specdecode_ref.measure.workloads import load_workloads
+from specdecode_ref.proposers import load_proposer
+from specdecode_ref.serving.scheduler import serve
+
+NEW = 32
+# Deep draft per chain drafter; trees: their shipped node budget (None) against a single node (k=1).
+DEEP = {"ngram": 5, "draft": 4, "draft-fullvocab": 4, "early-exit": 4, "medusa-chain": 3, "hydra-chain": 3,
+        "eagle": 4, "medusa": None, "hydra": None, "eagle-tree": None}
+TREES = {"medusa", "hydra", "eagle-tree"}
+BATCHED = {"ngram", "draft", "draft-fullvocab"}  # proposers that draft from token ids alone
+NAMES = sorted(DEEP)
+REFUSED = "reads the target's hidden states or runs the verification itself"
+
+
+@pytest.fixture(scope="module")
+def cases(embedded):
+    """Two chat prompts and their plain greedy outputs, EOS ignored: one whose answer is easy to
+    predict (every drafter has whole drafts accepted there) and a benchmark question (where most
+    drafts fail early), so that every acceptance length occurs."""
+    model, tok = embedded
+    question = load_workloads(["qa"], per_category=1)["qa"][0]["messages"]
+    ids = [chat_ids(tok, "Count from 1 to 30, separated by commas."), chat_ids(tok, question)]
+    return [(i, autoregressive_generate(model, i, max_new_tokens=NEW, stop_on_eos=False).tokens) for i in ids]
+
+
+def _proposer(model, name, k):
+    return load_proposer(name, model) if k is None else load_proposer(name, model, k=k)
+
+
+@pytest.fixture(scope="module")
+def deep_runs(embedded, cases):
+    """name -> (proposer at its deep k, its greedy runs on the cases): computed once, used twice."""
+    model, _ = embedded
+    done = {}
+
+    def runs(name):
+        if name not in done:
+            proposer = _proposer(model, name, DEEP[name])
+            done[name] = proposer, [generate(model, ids, proposer=proposer, max_new_tokens=NEW, stop_on_eos=False)
+                                    for ids, _ in cases]
+        return done[name]
+
+    return runs
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_generate_one_draft_token_is_exact(embedded, cases, name):
+    model, _ = embedded
+    proposer = load_proposer(name, model, k=1)
+    for ids, plain in cases:
+        out = generate(model, ids, proposer=proposer, max_new_tokens=NEW, stop_on_eos=False)
+        assert torch.equal(out.tokens, plain), f"{name} at k=1 changed the greedy output"
+        assert max(out.stats.accepted_lengths) <= 1
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_generate_deep_draft_is_exact_at_every_acceptance_length(cases, deep_runs, name):
+    proposer, runs = deep_runs(name)
+    lengths = Counter()
+    for (ids, plain), out in zip(cases, runs):
+        assert torch.equal(out.tokens, plain), f"{name} ({proposer!r}) changed the greedy output"
+        lengths.update(out.stats.accepted_lengths)
+    print(f"{proposer!r}: accepted length -> steps {dict(sorted(lengths.items()))}")
+    # Rejection at the first draft, and partial and longer accepted runs, each rolled back: at least
+    # three different acceptance lengths, none and two or more among them.
+    assert 0 in lengths and max(lengths) >= 2 and len(lengths) >= 3, dict(lengths)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_generate_batch_is_exact_per_row_or_refuses(embedded, cases, name):
+    model, _ = embedded
+    prompts = [ids for ids, _ in cases]
+    proposer = _proposer(model, name, DEEP[name])
+    if name not in BATCHED:
+        with pytest.raises(NotImplementedError, match=REFUSED):
+            generate_batch(model, prompts, proposer=proposer, max_new_tokens=NEW, stop_on_eos=False)
+        return
+    results = generate_batch(model, prompts, proposer=proposer, max_new_tokens=NEW, stop_on_eos=False)
+    for row, (r, (_, plain)) in enumerate(zip(results, cases)):
+        assert torch.equal(r.tokens, plain), f"{name}: batch row {row} differs from the prompt decoded alone"
+    assert sum(r.stats.accepted for r in results) > 0
+
+
+def _serve(model, prompts, proposer, budgets, **kw):
+    # Blocks of 8 slots, enough for the longest request alone but not for both at full length.
+    need = [-(-(p.numel() + m + proposer.k) // 8) for p, m in zip(prompts, budgets)]
+    return serve(model, prompts, proposer, max_new_tokens=budgets, num_blocks=max(need) + 2, block_size=8,
+                 max_num_batched_tokens=1024, max_num_seqs=2, check_every_step=True, **kw)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_scheduler_is_exact_per_request_or_refuses(embedded, cases, name):
+    model, _ = embedded
+    prompts = [ids for ids, _ in cases]
+    proposer = _proposer(model, name, DEEP[name])
+    if name not in BATCHED:
+        with pytest.raises(NotImplementedError, match=REFUSED):
+            _serve(model, prompts, proposer, [NEW] * len(prompts))
+        return
+    result = _serve(model, prompts, proposer, [NEW] * len(prompts), stop_on_eos=False)
+    assert [r.output for r in result.requests] == [p.tolist() for _, p in cases]
+    print(f"{name}: {result.num_preemptions} preemptions")
+    assert result.metrics()["spec_decode_num_accepted_tokens"] > 0
+
+
+def _eos_inside_a_draft(run, plain):
+    """The first position j >= 4 holding an accepted draft token whose id does not occur earlier in
+    the output: as EOS, it must end generation at j, inside the step that accepted it."""
+    tokens = plain.tolist()
+    for j, kind in enumerate(run.token_kinds):
+        if j >= 4 and kind == ACCEPTED and tokens[j] not in tokens[:j] and j + 1 < len(tokens):
+            return j, tokens[j]
+    return None
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_eos_inside_an_accepted_draft_stops_there(embedded, cases, deep_runs, name):
+    model, _ = embedded
+    proposer, runs = deep_runs(name)
+    found = [(ids, plain, _eos_inside_a_draft(run, plain)) for (ids, plain), run in zip(cases, runs)]
+    found = [(ids, plain, hit) for ids, plain, hit in found if hit is not None]
+    assert found, f"{name}: no accepted draft token to turn into EOS"
+    for ids, plain, (j, eos) in found:
+        out = generate(model, ids, proposer=proposer, max_new_tokens=NEW, eos_token_id=eos)
+        assert out.tokens.tolist() == plain[: j + 1].tolist() and out.finish_reason == "eos", name
+        assert out.token_kinds[-1] == ACCEPTED  # it ended inside the draft, not on a bonus token
+    if name in BATCHED:
+        ids, plain, (j, eos) = found[0]
+        prompts = [ids, cases[0][0] if ids is not cases[0][0] else cases[1][0]]
+        rows = generate_batch(model, prompts, proposer=proposer, max_new_tokens=NEW, eos_token_id=eos)
+        assert rows[0].tokens.tolist() == plain[: j + 1].tolist() and rows[0].finish_reason == "eos"
+        served = _serve(model, prompts, proposer, [NEW, NEW], eos_token_id=eos)
+        first = served.requests[0]
+        assert first.output == plain[: j + 1].tolist() and first.row.finish == "eos"
