@@ -189,7 +189,9 @@ def _as_seeds(seed, n: int) -> list:
     return [int(seed) + i for i in range(n)]
 
 
-def _validate_prompts(model, prompts, max_new_tokens) -> list:
+def prompt_list(prompts, who: str = "generate_batch") -> list:
+    """``prompts`` as a non-empty list: a TypeError for one tensor or a non-sequence, a ValueError
+    when there is no prompt (``who`` names the API in the message)."""
     if isinstance(prompts, torch.Tensor):
         raise TypeError("prompts must be a list of 1-D LongTensors (rows of different lengths), not one tensor; "
                         "use list(tensor) for a [B, L] tensor without padding")
@@ -198,22 +200,37 @@ def _validate_prompts(model, prompts, max_new_tokens) -> list:
     except TypeError:
         raise TypeError(f"prompts must be a list of 1-D LongTensors, got {type(prompts).__name__}") from None
     if not prompts:
-        raise ValueError("the prompt list is empty: generate_batch needs at least one prompt")
+        raise ValueError(f"the prompt list is empty: {who} needs at least one prompt")
+    return prompts
+
+
+def for_row(i: int, check, *args, what: str = "prompt"):
+    """``check(*args)``, with its ValueError / TypeError naming the row: "prompt 3: ..."."""
+    try:
+        return check(*args)
+    except (ValueError, TypeError) as err:
+        raise type(err)(f"{what} {i}: {err}") from None
+
+
+def check_compact_fraction(value) -> float:
+    """compact_fraction is a share of the cache's slots: a number in [0, 1] (NaN is not)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"compact_fraction must be a number in [0, 1] (the share of holes that triggers "
+                         f"compaction), got {value!r}")
+    return float(value)
+
+
+def validate_prompts(model, prompts, max_new_tokens, who: str = "generate_batch") -> tuple:
+    """Every prompt checked as ``generate`` checks one, the offending row named; returns (prompts as
+    1-D LongTensors, one max_new_tokens per prompt)."""
+    prompts = prompt_list(prompts, who)
     if isinstance(max_new_tokens, (list, tuple)):
         if len(max_new_tokens) != len(prompts):
             raise ValueError(f"got {len(max_new_tokens)} max_new_tokens for {len(prompts)} prompts")
         budgets = list(max_new_tokens)
     else:
         budgets = [max_new_tokens] * len(prompts)
-    out = []
-    for i, (p, m) in enumerate(zip(prompts, budgets)):
-        if isinstance(p, torch.Tensor) and p.is_floating_point():
-            raise ValueError(f"prompt {i}: input_ids must hold integer token ids, got {p.dtype}")
-        try:
-            out.append(_validate(model, p, m))
-        except (ValueError, TypeError) as err:
-            raise type(err)(f"prompt {i}: {err}") from None
-    return out, budgets
+    return [for_row(i, _validate, model, p, m) for i, (p, m) in enumerate(zip(prompts, budgets))], budgets
 
 
 def greedy_verify_rows(logits: torch.Tensor, drafts: list):
@@ -294,8 +311,9 @@ def generate_batch(model, prompts, proposer: Proposer | None = None, max_new_tok
     row's last token (a row waits for the whole batch at every step).
     """
     sampling = _check_sampling_and_proposer(model, sampling, proposer)
-    prompts, budgets = _validate_prompts(model, prompts, max_new_tokens)
+    prompts, budgets = validate_prompts(model, prompts, max_new_tokens)
     seeds = _as_seeds(seed, len(prompts))
+    compact_fraction = check_compact_fraction(compact_fraction)
     batch_proposer = None if proposer is None else proposer.batch_proposer()
     eos = set(eos_token_ids(model, eos_token_id)) if stop_on_eos else set()
     window = context_window(model)

@@ -64,21 +64,39 @@ def context_window(model) -> int | None:
     return getattr(model.config, "max_position_embeddings", None)
 
 
-def _validate(model, input_ids, max_new_tokens):
+def check_positive_int(value, name: str) -> int:
+    """``value`` if it is an int >= 1 (a bool is not), else a ValueError naming ``name``."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    return value
+
+
+def as_prompt(input_ids) -> torch.Tensor:
+    """The checks a prompt needs without a model: 1-D (or [1, L]), not empty, integer token ids
+    (a list of floats is refused, not truncated). Returns a 1-D LongTensor."""
     if not isinstance(input_ids, torch.Tensor):
-        input_ids = torch.as_tensor(input_ids, dtype=torch.long)
+        try:
+            input_ids = torch.as_tensor(input_ids)
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(f"input_ids must be a 1-D tensor or list of integer token ids, "
+                            f"got {type(input_ids).__name__}") from None
     if input_ids.dim() == 2:
         if input_ids.shape[0] != 1:
-            raise ValueError(f"generate() decodes one request at a time; got a batch of {input_ids.shape[0]}")
+            raise ValueError(f"input_ids must be 1-D (or [1, L]), got a batch of {input_ids.shape[0]} rows: generate() "
+                             "decodes one request at a time (generate_batch takes a list of prompts)")
         input_ids = input_ids[0]
     if input_ids.dim() != 1:
         raise ValueError(f"input_ids must be 1-D (or [1, L]), got shape {tuple(input_ids.shape)}")
     if input_ids.numel() == 0:
-        raise ValueError("the prompt is empty: generation needs at least one input token")
+        raise ValueError("the prompt is empty: generation needs at least one input token (got an empty prompt)")
     if input_ids.dtype not in (torch.long, torch.int, torch.int32, torch.int16):
         raise ValueError(f"input_ids must hold integer token ids, got {input_ids.dtype}")
-    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+    return input_ids.long()
+
+
+def _validate(model, input_ids, max_new_tokens):
+    input_ids = as_prompt(input_ids)
+    check_positive_int(max_new_tokens, "max_new_tokens")
     vocab = model.get_input_embeddings().weight.shape[0]
     if int(input_ids.min()) < 0 or int(input_ids.max()) >= vocab:
         raise ValueError(f"token ids must lie in [0, {vocab}); got min {int(input_ids.min())}, "
@@ -88,7 +106,7 @@ def _validate(model, input_ids, max_new_tokens):
         raise ValueError(
             f"prompt of {input_ids.numel()} tokens + max_new_tokens={max_new_tokens} exceeds the model's "
             f"context window of {window} tokens; shorten the prompt or ask for fewer tokens")
-    return input_ids.long()
+    return input_ids
 
 
 def _to_device(ids, device) -> torch.Tensor:

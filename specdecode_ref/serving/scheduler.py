@@ -47,9 +47,10 @@ import numpy as np
 import torch
 
 from .. import kv
-from ..batch import COMPACT_FRACTION, RaggedCache, _clip, _validate_prompts, _verify_rows
+from ..batch import (COMPACT_FRACTION, RaggedCache, _clip, _verify_rows, check_compact_fraction, for_row,
+                     prompt_list)
 from ..engine import (ACCEPTED, BONUS, RECOVERED, TARGET, _check_draft, _check_sampling_and_proposer, _Request,
-                      context_window, eos_token_ids)
+                      _validate, check_positive_int, context_window, eos_token_ids)
 from ..proposers.base import DecodeState, Draft, Proposer, StepOutcome
 from ..proposers.batch import fork
 from ..sampling import SamplingParams, next_token
@@ -200,14 +201,15 @@ class Scheduler:
         if policy is None:
             policy = AlwaysOff() if proposer is None else AlwaysOn(proposer.k)
         if not isinstance(policy, SpeculationPolicy):
-            raise TypeError(f"policy must be a SpeculationPolicy, got {type(policy).__name__}")
+            raise TypeError(f"policy must be a SpeculationPolicy (policies.make_policy builds one from the names "
+                            f"'on', 'off', 'adaptive'), got {type(policy).__name__}")
         if proposer is None and not isinstance(policy, AlwaysOff):
             raise ValueError(f"policy {policy!r} drafts, but no proposer was given")
         if proposer is not None and policy.k > proposer.k:
             raise ValueError(f"policy {policy!r} may ask for more drafts than the proposer's k={proposer.k}")
-        for name, value in (("max_num_batched_tokens", max_num_batched_tokens), ("max_num_seqs", max_num_seqs)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        check_positive_int(max_num_batched_tokens, "max_num_batched_tokens")
+        check_positive_int(max_num_seqs, "max_num_seqs")
+        compact_fraction = check_compact_fraction(compact_fraction)
         self.proposer, self.policy = proposer, policy
         self.blocks = BlockManager(num_blocks, block_size)
         self.max_num_batched_tokens, self.max_num_seqs = max_num_batched_tokens, max_num_seqs
@@ -233,7 +235,7 @@ class Scheduler:
 
     def add_request(self, prompt, max_new_tokens: int, arrival_step: int = 0) -> ServingRequest:
         """Submit a request (a 1-D LongTensor of prompt ids) arriving at ``arrival_step``."""
-        (prompt,), _ = _validate_prompts(self.model, [prompt], max_new_tokens)
+        prompt = for_row(len(self.requests), _validate, self.model, prompt, max_new_tokens, what="request")
         if not isinstance(arrival_step, int) or arrival_step < 0:
             raise ValueError(f"arrival_step must be an int >= 0, got {arrival_step!r}")
         longest = prompt.numel() + max_new_tokens  # a resumed request re-prefills prompt + output
@@ -528,7 +530,7 @@ def serve(model, prompts, proposer: Proposer | None = None, policy: SpeculationP
     """Run a list of prompts (1-D LongTensors) through a :class:`Scheduler`; arrival_steps: one per
     prompt (default: all at step 0); max_new_tokens: int or one per prompt; config: Scheduler's
     keyword arguments."""
-    prompts = list(prompts)
+    prompts = prompt_list(prompts, "serve")
     budgets = list(max_new_tokens) if isinstance(max_new_tokens, (list, tuple)) else [max_new_tokens] * len(prompts)
     arrivals = [0] * len(prompts) if arrival_steps is None else list(arrival_steps)
     if len(budgets) != len(prompts) or len(arrivals) != len(prompts):

@@ -20,9 +20,24 @@ import sys
 
 import torch
 
+from ..batch import validate_prompts
+from ..engine import check_positive_int
 from ..proposers.batch import fork
 from .policies import POLICIES, make_policy
 from .scheduler import Scheduler, poisson_arrivals
+
+
+def check_loads(loads) -> list:
+    """Concurrency levels: a non-empty sequence of ints >= 1 (the offending entry named)."""
+    if isinstance(loads, (str, bytes)):
+        raise TypeError(f"loads must be a sequence of ints (e.g. (1, 4, 16)), got the string {loads!r}")
+    loads = list(loads)
+    if not loads:
+        raise ValueError("loads is empty: a sweep needs at least one concurrency level")
+    for i, x in enumerate(loads):
+        if not isinstance(x, int) or isinstance(x, bool) or x < 1:
+            raise ValueError(f"loads[{i}] must be a concurrency level of at least 1 (an int), got {x!r}")
+    return loads
 
 
 def _proposer(proposer, k: int):
@@ -72,9 +87,16 @@ def run_sweep(model, prompts, loads=(1, 4, 16), policies=POLICIES, k: int = 4, m
     ``outputs`` column, the generated token ids per prompt, to compare with another engine's)."""
     import pandas as pd
 
+    # Clear errors before any work: the loads, k, repeats, every policy name and every prompt.
+    loads = check_loads(loads)
+    check_positive_int(k, "k")
+    check_positive_int(repeats, "repeats")
+    policies = list(policies)
+    if not policies:
+        raise ValueError(f"policies is empty: pick some of {POLICIES}")
     for p in policies:
-        make_policy(p, k)  # a clear error before any work
-    prompts = list(prompts)
+        make_policy(p, k)
+    prompts, _ = validate_prompts(model, prompts, max_new_tokens, who="run_sweep")
     if warmup:  # one-time costs (allocator, kernels) stay out of the first timed run
         run_once(model, prompts[:1], "on" if "on" in policies else policies[0], 1, proposer, k, min(max_new_tokens, 8),
                  **run_kwargs)
@@ -105,25 +127,73 @@ def summary_table(df):
     return df.groupby(["load", "policy"], sort=True)[cols].median().reset_index()
 
 
+def _option(parse):
+    """An argparse ``type``: ``parse(text)``, its ValueError / TypeError as the option's error message."""
+    def convert(text):
+        try:
+            return parse(text)
+        except (ValueError, TypeError) as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+    convert.__name__ = parse.__name__
+    return convert
+
+
+def _ints(text: str, name: str) -> list:
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise ValueError(f"{name} must be comma-separated ints, got {text!r}") from None
+
+
+def _positive_int(name: str):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = text  # check_positive_int names the option and shows the text
+        return check_positive_int(value, name)
+    return _option(parse)
+
+
+def _positive_float(name: str):
+    def parse(text):
+        value = float(text)
+        if not value > 0:  # NaN fails too
+            raise ValueError(f"{name} must be > 0, got {text!r}")
+        return value
+    return _option(parse)
+
+
+def _policy_names(text: str) -> list:
+    names = [x.strip() for x in text.split(",")]
+    for name in names:
+        make_policy(name, 1)
+    return names
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m specdecode_ref.serving.sweep",
                                 description="Serve the benchmark prompts at several loads with speculation "
                                             "off / on / adaptive (n-gram drafting); prints a table.")
-    p.add_argument("--loads", default="1,4,16", help="concurrency levels, comma-separated")
-    p.add_argument("--policies", default=",".join(POLICIES))
-    p.add_argument("--requests", type=int, default=16, help="prompts taken from the input-grounded pool")
+    p.add_argument("--loads", default="1,4,16", type=_option(lambda text: check_loads(_ints(text, "loads"))),
+                   help="concurrency levels, comma-separated")
+    p.add_argument("--policies", default=",".join(POLICIES), type=_option(_policy_names))
+    p.add_argument("--requests", type=_positive_int("requests"), default=16,
+                   help="prompts taken from the input-grounded pool")
     p.add_argument("--pool", default="input_grounded", choices=["input_grounded", "chat"])
-    p.add_argument("--k", type=int, default=4)
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--arrival-rate", type=float, default=None, help="Poisson arrivals per step (default: all at once)")
-    p.add_argument("--num-blocks", type=int, default=512)
-    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--k", type=_positive_int("k"), default=4)
+    p.add_argument("--max-new-tokens", type=_positive_int("max_new_tokens"), default=64)
+    p.add_argument("--arrival-rate", type=_positive_float("arrival_rate"), default=None,
+                   help="Poisson arrivals per step (default: all at once)")
+    p.add_argument("--num-blocks", type=_positive_int("num_blocks"), default=512)
+    p.add_argument("--block-size", type=_positive_int("block_size"), default=16)
     p.add_argument("--cost", default="surface", choices=["surface", "roofline"],
                    help="the adaptive policy's cost model: T(B, n) measured at the loads first, or a roofline")
-    p.add_argument("--knee", type=float, default=16.0, help="roofline knee (tokens), with --cost roofline")
-    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--knee", type=_positive_float("knee"), default=16.0,
+                   help="roofline knee (tokens), with --cost roofline")
+    p.add_argument("--repeats", type=_positive_int("repeats"), default=1)
     p.add_argument("--dtype", default="bf16", choices=["fp32", "bf16"])
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--threads", type=_positive_int("threads"), default=None)
     p.add_argument("--out", default=None, help="CSV file for the per-run rows")
     return p
 
@@ -141,7 +211,7 @@ def main(argv=None) -> int:
     model, tok = load_model(dtype=args.dtype)
     pool = prompt_pool(tok, args.pool)
     prompts = [pool[i % len(pool)] for i in range(args.requests)]
-    loads = [int(x) for x in args.loads.split(",")]
+    loads = args.loads
     if args.cost == "surface":
         ns = sorted({1, 2, 3, args.k + 1})
         cost = surface_cost(measure_cost_surface(model, batch_sizes=sorted(set(loads)), ns=ns, context_len=64,
@@ -149,7 +219,7 @@ def main(argv=None) -> int:
     else:
         cost = roofline_cost(args.knee)
     df = run_sweep(model, prompts, loads=loads,
-                   policies=[x.strip() for x in args.policies.split(",")], k=args.k,
+                   policies=args.policies, k=args.k,
                    max_new_tokens=args.max_new_tokens, repeats=args.repeats, arrival_rate=args.arrival_rate,
                    num_blocks=args.num_blocks, block_size=args.block_size, cost=cost)
     with pd.option_context("display.width", 200, "display.max_columns", 30):

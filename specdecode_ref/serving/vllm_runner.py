@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 
 from ..measure.run_size import SWITCH, small_run
+from ..sampling import SamplingParams
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON_ENV = "SPECDECODE_VLLM_PYTHON"  # a Python that can `import vllm`
@@ -61,9 +62,14 @@ def vllm_available() -> tuple[bool, str]:
                              text=True, timeout=300, env=_job_env(py))
     except subprocess.TimeoutExpired:
         return False, f"`import vllm` in {py} did not finish in 300 s"
+    except OSError as err:  # not executable, a directory, not a program
+        return False, f"cannot run {py} as vLLM's Python ({err.strerror or err}); {SETUP_HINT}"
     if out.returncode != 0:
         last = (out.stderr.strip().splitlines() or ["?"])[-1]
         return False, f"`import vllm` fails in {py}: {last}; {SETUP_HINT}"
+    if not out.stdout.strip():  # exit 0 without a version: not a Python that imported vLLM
+        return False, (f"{py} printed no version for `import vllm; print(vllm.__version__)`: not a Python "
+                       f"with vLLM; {SETUP_HINT}")
     _IMPORTS_OK[str(py)] = out.stdout.strip()
     return True, _IMPORTS_OK[str(py)]
 
@@ -100,6 +106,37 @@ def draft_model_config(model_dir, k: int = 3) -> dict:
     return {"method": "draft_model", "model": str(model_dir), "num_speculative_tokens": int(k)}
 
 
+def _check_job(model_dir, prompts, max_tokens, max_model_len, speculative_config, who: str) -> list:
+    """Clear errors before vLLM starts (which takes seconds to minutes); returns the prompts as
+    lists of ids. Every prompt + max_tokens must fit max_model_len: nothing is truncated."""
+    from ..batch import for_row, prompt_list
+    from ..engine import as_prompt, check_positive_int
+
+    ids = [for_row(i, as_prompt, p).tolist() for i, p in enumerate(prompt_list(prompts, who))]
+    check_positive_int(max_tokens, "max_tokens")
+    check_positive_int(max_model_len, "max_model_len")
+    for i, p in enumerate(ids):
+        if len(p) + max_tokens > max_model_len:
+            raise ValueError(f"prompt {i}: prompt of {len(p)} tokens + max_tokens={max_tokens} exceeds "
+                             f"max_model_len={max_model_len}; raise max_model_len or shorten the prompt")
+    _check_model_dir(model_dir, "model_dir")
+    if speculative_config is not None:
+        if not isinstance(speculative_config, dict):
+            raise TypeError(f"speculative_config must be a dict (ngram_config / draft_model_config) or None, "
+                            f"got {type(speculative_config).__name__}")
+        if "num_speculative_tokens" in speculative_config:
+            check_positive_int(speculative_config["num_speculative_tokens"], "num_speculative_tokens")
+        if "model" in speculative_config:
+            _check_model_dir(speculative_config["model"], "speculative_config's model")
+    return ids
+
+
+def _check_model_dir(path, name: str) -> None:
+    if not Path(path).is_dir():
+        raise ValueError(f"{name} {str(path)!r} is not a directory: vLLM needs a Hugging Face model directory "
+                         f"(config.json and weights), e.g. models.cache_dir() / models.EMBEDDED")
+
+
 def _job_env(py: Path) -> dict:
     env = dict(os.environ)
     # Without a limit vLLM reserves most of the machine's memory for its KV cache and refuses to
@@ -122,9 +159,8 @@ def run_vllm(model_dir, prompts, *, max_tokens: int, temperature: float = 0.0, t
     one_at_a_time: each request alone (batch 1, comparable with ``generate``) or all submitted
     together (vLLM batches them continuously).
     """
-    ids = [[int(t) for t in (p.tolist() if hasattr(p, "tolist") else p)] for p in prompts]
-    if not ids or any(len(p) == 0 for p in ids):
-        raise ValueError("run_vllm needs at least one prompt, and no empty prompt")
+    ids = _check_job(model_dir, prompts, max_tokens, max_model_len, speculative_config, "run_vllm")
+    SamplingParams(temperature=temperature, top_p=top_p)  # the course's checks of the sampling settings
     ok, why = vllm_available()
     if not ok:
         raise RuntimeError(why)
@@ -141,11 +177,15 @@ def _run_job(job: dict, timeout: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="specdecode-vllm-") as tmp:
         job_path, result_path = Path(tmp, "job.json"), Path(tmp, "result.json")
         job_path.write_text(json.dumps(job))
-        proc = subprocess.run([str(py), str(JOB_SCRIPT), str(job_path), str(result_path)], capture_output=True,
-                              text=True, timeout=timeout, env=_job_env(py), cwd=tmp)
+        try:
+            proc = subprocess.run([str(py), str(JOB_SCRIPT), str(job_path), str(result_path)], capture_output=True,
+                                  text=True, timeout=timeout, env=_job_env(py), cwd=tmp)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"the vLLM job in {py} did not finish in {timeout} s") from None
         if proc.returncode != 0 or not result_path.exists():
-            tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
-            raise RuntimeError(f"the vLLM job failed (exit {proc.returncode}):\n{tail}")
+            tail = "\n".join(proc.stderr.strip().splitlines()[-15:]) or "(no output)"
+            raise RuntimeError(f"the vLLM job failed in {py} (exit {proc.returncode}, no result written):\n{tail}\n"
+                               f"If vLLM's environment is broken, {SETUP_HINT}")
         return json.loads(result_path.read_text())
 
 
@@ -169,12 +209,10 @@ def run_vllm_sweep(model_dir, prompts, loads=(1, 4, 16), *, max_tokens: int, spe
     """
     import pandas as pd
 
-    ids = [[int(t) for t in (p.tolist() if hasattr(p, "tolist") else p)] for p in prompts]
-    loads = [int(x) for x in loads]
-    if not ids or any(len(p) == 0 for p in ids):
-        raise ValueError("run_vllm_sweep needs at least one prompt, and no empty prompt")
-    if not loads or min(loads) < 1:
-        raise ValueError(f"loads must be concurrency levels of at least 1, got {loads}")
+    from .sweep import check_loads
+
+    ids = _check_job(model_dir, prompts, max_tokens, max_model_len, speculative_config, "run_vllm_sweep")
+    loads = check_loads(loads)
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     ok, why = vllm_available()
