@@ -6,13 +6,16 @@ sys.path shadow each other, so ``from conftest import ...`` would be ambiguous.)
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 
 from specdecode_ref.engine import generate
+from specdecode_ref.pitfalls import resample_from_target
 from specdecode_ref.proposers import Draft, Proposer
+from specdecode_ref.verify import rejection_sample
 from specdecode_ref.sampling import logits_to_probs
 from specdecode_ref.measure.stats import chi_square_test
 
@@ -44,25 +47,170 @@ def chi2_pvalue(counts, probs, min_expected: float = 5.0) -> float:
     return chi_square_test(counts, probs, min_expected).pvalue
 
 
+def reference_probs(logits, sampling):
+    """The oracle's own temperature -> top-k -> top-p (float64), written apart from
+    specdecode_ref.sampling so the expected law does not share the code under test."""
+    z = logits.double()
+    if sampling.temperature == 0:
+        return torch.nn.functional.one_hot(z.argmax(-1), z.shape[-1]).double()
+    z = z / sampling.temperature
+    if 0 < sampling.top_k < z.shape[-1]:
+        kth = z.sort(-1, descending=True).values[..., sampling.top_k - 1: sampling.top_k]
+        z = torch.where(z >= kth, z, -torch.inf)  # ties with the k-th are kept
+    if sampling.top_p < 1:
+        probs, order = z.softmax(-1).sort(-1, descending=True)
+        keep = (probs.cumsum(-1) - probs) < sampling.top_p  # mass of strictly better tokens
+        z = torch.where(torch.zeros_like(keep).scatter(-1, order, keep), z, -torch.inf)
+    return z.softmax(-1)
+
+
 def exact_joint(model, prompt, steps, sampling):
-    """P(t1..t_steps | prompt) for every sequence, by enumeration."""
+    """P(t1..t_steps | prompt) for every sequence, by enumeration (oracle: reference_probs)."""
     v = model.config.vocab_size
     seqs = torch.tensor(list(itertools.product(range(v), repeat=steps)))
     ids = torch.cat([prompt.expand(len(seqs), -1), seqs], 1)
     with torch.no_grad():
         logits = model(input_ids=ids).logits[:, len(prompt) - 1: -1]
-    probs = logits_to_probs(logits, sampling)
+    probs = reference_probs(logits, sampling)
     return probs.gather(2, seqs[..., None]).squeeze(-1).prod(1).numpy()
 
 
-def sampled_joint_pvalue(model, prompt, proposer_factory, sampling, n=2000, steps=3, generate_fn=generate):
+def sampled_joint_pvalue(model, prompt, proposer_factory, sampling, n=2000, steps=3, generate_fn=generate,
+                         batched=False):
+    """Chi-square p-value of n draws of the first ``steps`` tokens (seeds 0..n-1) against exact_joint.
+    batched=True draws them as one generate_batch (row i seeded i draws what generate(seed=i) draws;
+    checked here on the first and last rows)."""
+    from specdecode_ref.batch import generate_batch
+
     v = model.config.vocab_size
+    if batched:
+        rows = [r.tokens.tolist() for r in generate_batch(model, [prompt] * n, proposer=proposer_factory(),
+                                                          max_new_tokens=steps, sampling=sampling, seed=0)]
+        for seed in (0, n - 1):
+            alone = generate_fn(model, prompt, proposer=proposer_factory(), max_new_tokens=steps,
+                                sampling=sampling, seed=seed)
+            assert alone.tokens.tolist() == rows[seed], f"batch row {seed} != generate(seed={seed})"
+    else:
+        rows = [generate_fn(model, prompt, proposer=proposer_factory(), max_new_tokens=steps, sampling=sampling,
+                            seed=seed).tokens.tolist() for seed in range(n)]
     counts = np.zeros(v ** steps)
-    for seed in range(n):
-        toks = generate_fn(model, prompt, proposer=proposer_factory(), max_new_tokens=steps,
-                           sampling=sampling, seed=seed).tokens.tolist()
+    for toks in rows:
         counts[np.ravel_multi_index(toks, (v,) * steps)] += 1
     return chi2_pvalue(counts, exact_joint(model, prompt, steps, sampling))
+
+
+# --- planted bugs: every distribution test has a twin, at its own size, that must fail ----------
+
+def always_accept(target_probs, draft_tokens, draft_probs=None, generator=None):
+    """Planted bug: accept every draft (what a wrong acceptance test amounts to), bonus from p_K."""
+    bonus = torch.multinomial(target_probs[:, -1].float(), 1, generator=generator)
+    return torch.cat([draft_tokens, bonus], 1), torch.full((len(draft_tokens),), draft_tokens.shape[1])
+
+
+def q_of_first_position(target_probs, draft_tokens, draft_probs=None, generator=None):
+    """Planted bug: every position is checked against the q of draft position 0."""
+    q = None if draft_probs is None else draft_probs[:, :1].expand_as(draft_probs)
+    return rejection_sample(target_probs, draft_tokens, q, generator)
+
+
+def bonus_off_by_one(target_probs, draft_tokens, draft_probs=None, generator=None):
+    """Planted bug: the bonus token is drawn from p at the last draft's position, not after it."""
+    p = target_probs.clone()
+    p[:, -1] = p[:, -2]
+    return rejection_sample(p, draft_tokens, draft_probs, generator)
+
+
+def padding_in_residual(target_probs, draft_tokens, draft_probs=None, generator=None):
+    """Planted bug: a padded slot is never accepted but still verified as a one-hot draft of token
+    0 (the clamp without the valid mask), so token 0 is removed from the residual there."""
+    pad = torch.cat([draft_tokens < 0, torch.zeros_like(draft_tokens[:, :1], dtype=torch.bool)], 1)
+    p = target_probs.clone()
+    p[..., 0] = p[..., 0].masked_fill(pad, 0.0)
+    return rejection_sample(p, draft_tokens.clamp(min=0), draft_probs, generator)
+
+
+def tree_resample_from_p(target_probs, parents, draft_tokens, generator, draft_probs=None):
+    """Planted bug (tree): after a rejected child, the next one is tested against p itself, one-hot
+    rule, and the step's last token is drawn from p, never from the residual."""
+    from specdecode_ref import trees
+
+    kids = trees.children_by_slot(parents)
+    toks, path, slot = draft_tokens.tolist(), [], 0
+    while True:
+        p = target_probs[slot]
+        nxt = next((i for i in kids[slot] if float(torch.rand((), generator=generator)) < float(p[toks[i]])), None)
+        if nxt is None:
+            last = int(torch.multinomial(p, 1, generator=generator))
+            return torch.tensor(path, dtype=torch.long), torch.tensor([toks[i] for i in path] + [last])
+        path.append(nxt)
+        slot = nxt + 1
+
+
+def tree_bonus_off_by_one(target_probs, parents, draft_tokens, generator, draft_probs=None):
+    """Planted bug (tree): after an accepted leaf, the bonus is drawn from p at the leaf's parent."""
+    from specdecode_ref.verify import tree_rejection_sample
+
+    par = torch.as_tensor(parents).tolist()
+    leaves = torch.tensor([i for i in range(len(par)) if i not in par], dtype=torch.long)
+    p = target_probs.clone()
+    p[leaves + 1] = target_probs[torch.tensor(par, dtype=torch.long)[leaves] + 1]
+    return tree_rejection_sample(p, parents, draft_tokens, generator, draft_probs)
+
+
+CHAIN_BUGS = {"resample_from_p": resample_from_target, "always_accept": always_accept,
+              "q_of_first_position": q_of_first_position, "bonus_off_by_one": bonus_off_by_one,
+              "padding_in_residual": padding_in_residual}
+TREE_BUGS = {"resample_from_p": tree_resample_from_p, "bonus_off_by_one": tree_bonus_off_by_one}
+
+
+def plant(monkeypatch, bug):
+    """Plant ``bug`` (None: nothing) in the verifiers that generate and generate_batch call: a
+    CHAIN_BUGS sampler for chains and, where there is one, its TREE_BUGS twin for trees, or
+    "leaked_top_k": the target's distributions silently cut to the top V - 1 tokens (a default
+    filter leaking in, as transformers' generation_config top_k=50 does)."""
+    import specdecode_ref.batch as batch
+    import specdecode_ref.engine as engine
+
+    if bug == "leaked_top_k":
+        from specdecode_ref import sampling as sp
+
+        cut = lambda s, v: s if s.top_k else replace(s, top_k=v - 1)  # noqa: E731
+        for mod in (engine, batch):
+            monkeypatch.setattr(mod, "logits_to_probs",
+                                lambda logits, s=sp.GREEDY: sp.logits_to_probs(logits, cut(s, logits.shape[-1])))
+            monkeypatch.setattr(mod, "next_token",
+                                lambda logits, s, g=None: sp.next_token(logits, cut(s, logits.shape[-1]), g))
+    elif bug is not None:
+        for mod in (engine, batch):
+            monkeypatch.setattr(mod, "rejection_sample", CHAIN_BUGS[bug])
+        if bug in TREE_BUGS:
+            monkeypatch.setattr(engine, "tree_rejection_sample", TREE_BUGS[bug])
+
+
+def twins(*bugs):
+    """Parametrize a distribution test over the correct code (id "correct") and each planted bug."""
+    return pytest.mark.parametrize("bug", [pytest.param(None, id="correct")]
+                                   + [pytest.param(b, id=f"planted-{b}") for b in bugs])
+
+
+def assert_law(pvalue, bug):
+    """The correct code passes (p > 1e-3); a planted bug fails at the same size (p < 1e-3)."""
+    print(f"bug={bug} p={pvalue:.3g}")
+    if bug is None:
+        assert pvalue > 1e-3, pvalue
+    else:
+        assert pvalue < 1e-3, f"planted bug {bug!r} not caught: p = {pvalue}"
+
+
+def check_joint_law(monkeypatch, bug, model, prompt, factory, sampling, n=2000, steps=3, generate_fn=generate,
+                    batch_twin=False):
+    """sampled_joint_pvalue with ``bug`` planted, then assert_law. batch_twin: draw a planted twin
+    as one generate_batch (row i equals generate(seed=i), bug included: both engines call the same
+    planted verifier once per row), which is several times cheaper than n generate calls."""
+    plant(monkeypatch, bug)
+    pv = sampled_joint_pvalue(model, prompt, factory, sampling, n=n, steps=steps, generate_fn=generate_fn,
+                              batched=batch_twin and bug is not None)
+    assert_law(pv, bug)
 
 
 class RecordsAccepted:

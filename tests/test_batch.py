@@ -20,7 +20,7 @@ from specdecode_ref.proposers import Draft, NgramProposer, Proposer, load_propos
 from specdecode_ref.sampling import SamplingParams
 from specdecode_ref.measure.workloads import load_workloads
 
-from support import RandomDraftProposer, chi2_pvalue, exact_joint, make_tiny_llama
+from support import RandomDraftProposer, assert_law, chi2_pvalue, exact_joint, make_tiny_llama, plant
 
 NEW = 16
 
@@ -151,15 +151,20 @@ def joint_counts(model, prompt, factory, sampling, n, steps=3, seed=0):
     return counts, results
 
 
-@pytest.mark.parametrize("factory,sampling", [
-    (lambda: None, SamplingParams(temperature=1.0)),
-    (lambda: NgramProposer(k=3, min_n=1), SamplingParams(temperature=1.0)),
-    (lambda: RandomDraftProposer(3, 6), SamplingParams(temperature=0.8)),
-])
-def test_sampled_rows_follow_target_joint(small_vocab_model, factory, sampling):
+SAMPLED_CASES = [("plain", lambda: None, SamplingParams(temperature=1.0), "leaked_top_k"),
+                 ("ngram", lambda: NgramProposer(k=3, min_n=1), SamplingParams(temperature=1.0), "resample_from_p"),
+                 ("random_q", lambda: RandomDraftProposer(3, 6), SamplingParams(temperature=0.8), "resample_from_p")]
+
+
+@pytest.mark.parametrize("factory,sampling,bug", [
+    pytest.param(f, s, b, id=f"{name}-{'planted-' + b if b else 'correct'}")
+    for name, f, s, twin in SAMPLED_CASES for b in (None, twin)])
+def test_sampled_rows_follow_target_joint(small_vocab_model, factory, sampling, bug, monkeypatch):
+    """Each case, and its twin with a bug planted (tests/support.plant) at the same size."""
+    plant(monkeypatch, bug)
     prompt = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
     counts, _ = joint_counts(small_vocab_model, prompt, factory, sampling, n=3000)
-    assert chi2_pvalue(counts, exact_joint(small_vocab_model, prompt, 3, sampling)) > 1e-3
+    assert_law(chi2_pvalue(counts, exact_joint(small_vocab_model, prompt, 3, sampling)), bug)
 
 
 @pytest.mark.parametrize("factory", [lambda: None, lambda: NgramProposer(k=3), lambda: RandomDraftProposer(3, 64)])

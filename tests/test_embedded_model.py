@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from support import chi2_pvalue
+from support import assert_law, chi2_pvalue, plant, twins
 from specdecode_ref import SamplingParams, autoregressive_generate, chat_ids, generate, generate_batch
 from specdecode_ref.proposers import load_proposer
 from specdecode_ref.sampling import logits_to_probs
@@ -39,13 +39,15 @@ def test_greedy_ngram_equals_plain_and_hf(embedded):
     assert drafted > 0
 
 
-def test_sampled_ngram_follows_target_on_real_prompt(embedded):
+@twins("resample_from_p")
+def test_sampled_ngram_follows_target_on_real_prompt(embedded, bug, monkeypatch):
     """Joint law of the first two tokens (top-k 5): the second one goes through rejection sampling.
     (max_new_tokens=3: the engine never drafts tokens it could not emit, so with 2 it would not draft.)
     The draws come from one batch, row i seeded ``i``: a batch row draws exactly what ``generate``
     draws with that seed (checked here on a few rows, and in tests/test_batch.py), so this is the
     single-request engine's law, at a fifth of the cost of 250 separate calls (the prefill of every
-    row dominates either way)."""
+    row dominates either way). The twin plants the classic bug (resample from p after a rejection)
+    and must fail at the same size; it skips the row-by-row check against generate."""
     model, tok = embedded
     ids = torch.tensor(tok("one two three four five one two three four five one two three")["input_ids"])
     sampling = SamplingParams(temperature=1.0, top_k=5)
@@ -57,9 +59,10 @@ def test_sampled_ngram_follows_target_on_real_prompt(embedded):
     joint = (p1[firsts, None] * p2).numpy()  # [n_first, V]
     index = {int(t): i for i, t in enumerate(firsts)}
     n = 250
+    plant(monkeypatch, bug)
     results = generate_batch(model, [ids] * n, proposer=load_proposer("ngram", model, k=4), max_new_tokens=3,
                              sampling=sampling, seed=0)
-    for seed in (0, 1, n - 1):
+    for seed in (0, 1, n - 1) if bug is None else ():
         alone = generate(model, ids, proposer=load_proposer("ngram", model, k=4), max_new_tokens=3,
                          sampling=sampling, seed=seed)
         assert alone.tokens.tolist() == results[seed].tokens.tolist(), f"row {seed}"
@@ -70,7 +73,7 @@ def test_sampled_ngram_follows_target_on_real_prompt(embedded):
     drafted = sum(r.stats.drafted for r in results)
     accepted = sum(r.stats.accepted for r in results)
     assert drafted > 0 and 0 < accepted < drafted  # both acceptance and rejection happened
-    assert chi2_pvalue(counts, joint) > 1e-3
+    assert_law(chi2_pvalue(counts, joint), bug)
 
 
 def test_context_window_error_on_real_model(embedded):

@@ -4,7 +4,7 @@ import itertools
 import pytest
 import torch
 
-from support import RandomDraftProposer, make_tiny_llama, sampled_joint_pvalue
+from support import RandomDraftProposer, check_joint_law, make_tiny_llama, twins
 from specdecode_ref import SamplingParams, autoregressive_generate, generate, kv
 from specdecode_ref.proposers import Draft, NgramProposer, Proposer
 
@@ -120,22 +120,31 @@ def small_vocab_model():
     (lambda: RandomDraftProposer(3, 6), SamplingParams(temperature=0.8)),
     (lambda: RandomDraftProposer(2, 6, seed=1), SamplingParams(temperature=1.0, top_k=3)),
 ])
-def test_sampled_generate_follows_target_joint(small_vocab_model, factory, sampling):
+@twins("resample_from_p")
+def test_sampled_generate_follows_target_joint(small_vocab_model, factory, sampling, bug, monkeypatch):
+    """Each case, and its twin with the classic bug planted in the engine (resample from p, not the
+    residual; drawn as one generate_batch, whose rows equal generate's), at the same size."""
     prompt = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
-    assert sampled_joint_pvalue(small_vocab_model, prompt, factory, sampling) > 1e-3
+    check_joint_law(monkeypatch, bug, small_vocab_model, prompt, factory, sampling, batch_twin=True)
 
 
-def test_sampled_engine_with_planted_bug_fails(small_vocab_model, monkeypatch):
-    """Plant the classic bug in the engine (resample from p, not the residual): the test catches it."""
-    import specdecode_ref.engine as engine
+def test_reference_probs_pin_temperature_then_top_k_then_top_p():
+    """The oracle's reference_probs and the package agree, and the cases pin the order: at T = 0.5
+    top-p 0.8 keeps {0} (before the temperature it would keep {0, 1}); top-k 2 then top-p 0.6 at
+    T = 2 keeps {0} (top-p first, on all four tokens, keeps {0, 1, 2}; top-k 2 then leaves {0, 1})."""
+    from support import reference_probs
+    from specdecode_ref.sampling import logits_to_probs
 
-    from specdecode_ref.pitfalls import resample_from_target
-
-    monkeypatch.setattr(engine, "rejection_sample", resample_from_target)
-    prompt = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
-    p = sampled_joint_pvalue(small_vocab_model, prompt, lambda: RandomDraftProposer(3, 6),
-                             SamplingParams(temperature=0.8), n=3000)
-    assert p < 1e-6
+    cases = [(torch.tensor([2.0, 1.0, 0.0, -1.0]), SamplingParams(temperature=0.5, top_p=0.8), [1, 0, 0, 0]),
+             (torch.tensor([2.0, 1.0, 0.9, 0.8]), SamplingParams(temperature=2.0, top_k=2, top_p=0.6), [1, 0, 0, 0]),
+             (torch.tensor([2.0, 1.0, 0.9, 0.8]), SamplingParams(temperature=2.0, top_k=3), [1, 1, 1, 0])]
+    for logits, s, kept in cases:
+        ref = reference_probs(logits, s)
+        assert (ref > 0).long().tolist() == kept, s
+        torch.testing.assert_close(logits_to_probs(logits, s).double(), ref, atol=1e-6, rtol=1e-5)
+    # the wrong orders keep more: top-p at T = 1, and top-p on the four tokens before top-k
+    assert (reference_probs(cases[0][0], SamplingParams(temperature=1.0, top_p=0.8)) > 0).sum() == 2
+    assert (reference_probs(cases[1][0], SamplingParams(temperature=2.0, top_p=0.6)) > 0).sum() == 3
 
 
 def test_same_seed_same_sample(tiny_model):

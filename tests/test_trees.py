@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from support import chi2_pvalue, make_tiny_llama
+from support import TREE_BUGS, chi2_pvalue, exact_joint, make_tiny_llama, plant, assert_law, twins
 from specdecode_ref import SamplingParams, autoregressive_generate, generate, kv, trees
 from specdecode_ref.proposers import Draft, Proposer
 from specdecode_ref.sampling import logits_to_probs
@@ -258,10 +258,10 @@ def _toy_decode(verifier, parents, mode, seed, steps=3, last=1):
     while len(out) < steps:
         toks, qrows = _toy_tree(last, parents, mode, g)
         rows = torch.stack([P_WORLD[last]] + [P_WORLD[t] for t in toks.tolist()])
-        if verifier is tree_rejection_sample:
-            _, emitted = verifier(rows, parents, toks, g, qrows if mode == "sampled" else None)
-        else:
+        if verifier is typical_accept:
             _, emitted = verifier(rows, parents, toks, g)
+        else:
+            _, emitted = verifier(rows, parents, toks, g, qrows if mode == "sampled" else None)
         out += emitted.tolist()
         last = out[-1]
     return out[:steps]
@@ -291,32 +291,17 @@ def _toy_pvalue(verifier, parents, mode, n):
     ([-1, -1, -1, 0, 0, 3], "sampled"),       # i.i.d. samples from q (duplicates happen), draft_probs
     ([-1, 0, 1], "sampled"),                  # a chain with draft_probs
 ])
-def test_tree_rejection_sample_is_lossless(parents, mode):
-    """The joint law of the first three emitted tokens equals the target's (chi-square)."""
-    assert _toy_pvalue(tree_rejection_sample, torch.tensor(parents), mode, n=4000) > 1e-3
+@twins("resample_from_p")
+def test_tree_rejection_sample_is_lossless(parents, mode, bug):
+    """The joint law of the first three emitted tokens equals the target's (chi-square); the twin
+    (tests/support.tree_resample_from_p: no residual update) fails at the same size."""
+    verifier = tree_rejection_sample if bug is None else TREE_BUGS[bug]
+    assert_law(_toy_pvalue(verifier, torch.tensor(parents), mode, n=4000), bug)
 
 
 def test_typical_acceptance_is_lossy():
     """Planted-bug style: Medusa's typical acceptance fails the same test by a mile."""
     assert _toy_pvalue(typical_accept, torch.tensor([-1, -1, 0, 0, 1]), "topk", n=4000) < 1e-6
-
-
-def _no_residual_update(target_probs, parents, draft_tokens, generator, draft_probs=None):
-    """A planted bug: after a rejected candidate, keep testing the next one against p itself."""
-    kids = trees.children_by_slot(parents)
-    toks, path, slot = draft_tokens.tolist(), [], 0
-    while True:
-        p = target_probs[slot]
-        nxt = next((i for i in kids[slot] if float(torch.rand((), generator=generator)) < float(p[toks[i]])), None)
-        if nxt is None:
-            return torch.tensor(path), torch.tensor([toks[i] for i in path] + [int(torch.multinomial(p, 1, generator=generator))])
-        path.append(nxt)
-        slot = nxt + 1
-
-
-def test_tree_rejection_without_residual_update_fails():
-    """The chi-square test has the power to catch the classic multi-candidate mistake."""
-    assert _toy_pvalue(_no_residual_update, torch.tensor([-1, -1, -1]), "topk", n=4000) < 1e-6
 
 
 def test_tree_rejection_sample_one_step_first_token():
@@ -506,8 +491,6 @@ def small_vocab_model():
 
 
 def _engine_joint_pvalue(model, proposer_factory, sampling, n=2500, steps=3, **kw):
-    from support import exact_joint
-
     prompt = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
     v = model.config.vocab_size
     counts = np.zeros(v ** steps)
@@ -522,9 +505,11 @@ def _engine_joint_pvalue(model, proposer_factory, sampling, n=2500, steps=3, **k
     ("topk", SamplingParams(temperature=1.0)),
     ("sampled", SamplingParams(temperature=0.8, top_k=4)),
 ])
-def test_sampled_tree_engine_follows_target_joint(small_vocab_model, mode, sampling):
+@twins("bonus_off_by_one")
+def test_sampled_tree_engine_follows_target_joint(small_vocab_model, mode, sampling, bug, monkeypatch):
+    plant(monkeypatch, bug)
     factory = lambda: TopKTreeProposer([-1, -1, 0, 0, 1], 6, mode)  # noqa: E731
-    assert _engine_joint_pvalue(small_vocab_model, factory, sampling) > 1e-3
+    assert_law(_engine_joint_pvalue(small_vocab_model, factory, sampling), bug)
 
 
 def test_typical_engine_is_lossy(small_vocab_model):

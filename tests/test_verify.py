@@ -3,8 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from support import chi2_pvalue
-from specdecode_ref.pitfalls import resample_from_target
+from support import CHAIN_BUGS, assert_law, chi2_pvalue, twins
 from specdecode_ref.verify import greedy_verify, rejection_sample
 
 
@@ -70,36 +69,52 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_rejection_sample_preserves_p(name):
+# The planted twin of each case: a bug that changes the law there (p_equals_q has none: with
+# q = p nothing is ever rejected, so no verification bug can show; p <= q on its support and
+# disjoint supports leave the residual equal to p, so only a wrong acceptance test shows there).
+TWIN = {"random": "resample_from_p", "q_with_zeros": "resample_from_p", "p_with_zeros": "always_accept",
+        "p_le_q_support": "always_accept", "disjoint": "always_accept", "peaked": "resample_from_p"}
+
+
+@pytest.mark.parametrize("name,bug", [pytest.param(n, None, id=n) for n in sorted(CASES)]
+                         + [pytest.param(n, TWIN[n], id=f"{n}-planted-{TWIN[n]}") for n in sorted(TWIN)])
+def test_rejection_sample_preserves_p(name, bug):
     # One fixed seed per case (its place in the sorted names): str hashes change from process to
     # process, which would make a rare failure impossible to reproduce.
     p, q = CASES[name]
-    counts = first_token_counts(p, q, 20000, seed=sorted(CASES).index(name))
-    assert chi2_pvalue(counts, p.numpy()) > 1e-3, (name, counts)
+    sampler = CHAIN_BUGS[bug] if bug else rejection_sample
+    counts = first_token_counts(p, q, 20000, sampler=sampler, seed=sorted(CASES).index(name))
+    assert_law(chi2_pvalue(counts, p.numpy()), bug)
 
 
 @pytest.mark.parametrize("token", [0, 5, 7])
-def test_deterministic_draft_preserves_p(token):
+@twins("resample_from_p")
+def test_deterministic_draft_preserves_p(token, bug):
     p = _dist([3, 1, 4, 1, 5, 9, 2, 6])
-    counts = first_token_counts(p, None, 20000, deterministic_token=token, seed=token)
-    assert chi2_pvalue(counts, p.numpy()) > 1e-3
+    sampler = CHAIN_BUGS[bug] if bug else rejection_sample
+    counts = first_token_counts(p, None, 20000, sampler=sampler, deterministic_token=token, seed=token)
+    assert_law(chi2_pvalue(counts, p.numpy()), bug)
 
 
-def test_every_position_and_bonus_preserve_p():
-    """With K = 3, the token emitted at each position (given that it is reached) follows p there."""
+@pytest.mark.parametrize("bug,positions", [(None, range(4)), ("q_of_first_position", [1, 2]),
+                                           ("bonus_off_by_one", [3])])
+def test_every_position_and_bonus_preserve_p(bug, positions):
+    """With K = 3, the token emitted at each position (given that it is reached) follows p there;
+    each twin's bug fails at the positions it breaks (later drafts checked against q_0; the bonus
+    drawn from p_{K-1})."""
     torch.manual_seed(1)
     v, k, n = 6, 3, 30000
     p = torch.softmax(torch.randn(k + 1, v) * 1.5, -1)
     q = torch.softmax(torch.randn(k, v) * 1.5, -1)
     gen = torch.Generator().manual_seed(3)
     drafts = torch.stack([torch.multinomial(q[i], n, replacement=True, generator=gen) for i in range(k)], 1)
-    tokens, acc = rejection_sample(p.expand(n, k + 1, v), drafts, q.expand(n, k, v), gen)
+    sampler = CHAIN_BUGS[bug] if bug else rejection_sample
+    tokens, acc = sampler(p.expand(n, k + 1, v), drafts, q.expand(n, k, v), gen)
     # Position 0 is always emitted; later positions are emitted when the previous was accepted,
     # which depends on the earlier tokens only, so the conditional law there is still p_i.
-    for i in range(k + 1):
+    for i in positions:
         emitted = tokens[:, i][tokens[:, i] >= 0]
-        assert chi2_pvalue(np.bincount(emitted.numpy(), minlength=v), p[i].numpy()) > 1e-3, i
+        assert_law(chi2_pvalue(np.bincount(emitted.numpy(), minlength=v), p[i].numpy()), bug)
     assert (acc == k).any() and (acc == 0).any()
 
 
@@ -119,26 +134,11 @@ def test_all_accepted_emits_bonus_from_last_position():
     assert n.tolist() == [1] and tokens.tolist() == [[1, 2]]
 
 
-def test_padded_draft_samples_from_p():
+@twins("padding_in_residual")
+def test_padded_draft_samples_from_p(bug):
     p = _dist([1, 2, 3, 4])
     target = p.expand(20000, 2, 4).contiguous()
-    tokens, n = rejection_sample(target, torch.full((20000, 1), -1), None, torch.Generator().manual_seed(0))
+    sampler = CHAIN_BUGS[bug] if bug else rejection_sample
+    tokens, n = sampler(target, torch.full((20000, 1), -1), None, torch.Generator().manual_seed(0))
     assert (n == 0).all()
-    assert chi2_pvalue(np.bincount(tokens[:, 0].numpy(), minlength=4), p.numpy()) > 1e-3
-
-
-# --- The test can fail: planted bugs are caught -----------------------------------------------
-
-def buggy_always_accept(target_probs, draft_tokens, draft_probs=None, generator=None):
-    """Planted bug: accept every draft (what a wrong acceptance test amounts to)."""
-    b, k1, _ = target_probs.shape
-    out = torch.full((b, k1), -1)
-    out[:, :-1] = draft_tokens
-    return out, torch.full((b,), k1 - 1)
-
-
-@pytest.mark.parametrize("sampler", [resample_from_target, buggy_always_accept])
-def test_planted_bugs_are_detected(sampler):
-    p, q = CASES["random"]
-    counts = first_token_counts(p, q, 20000, sampler=sampler)
-    assert chi2_pvalue(counts, p.numpy()) < 1e-6
+    assert_law(chi2_pvalue(np.bincount(tokens[:, 0].numpy(), minlength=4), p.numpy()), bug)

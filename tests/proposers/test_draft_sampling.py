@@ -4,7 +4,7 @@ drafter's softmax for an argmax token is caught, and drafters without a q refuse
 import pytest
 import torch
 
-from support import make_tiny_llama, noisy, sampled_joint_pvalue
+from support import check_joint_law, make_tiny_llama, noisy, sampled_joint_pvalue, twins
 from test_eagle import good_head
 from test_medusa import random_heads
 from specdecode_ref import SamplingParams, autoregressive_generate, generate
@@ -41,10 +41,11 @@ def draft_of(target):
 # --- greedy drafting is lossless -------------------------------------------------------------------
 
 @pytest.mark.parametrize("sampling", REGIMES, ids=REGIME_IDS)
-def test_draft_model_greedy_drafting_follows_target(small2, sampling):
+@twins("resample_from_p")
+def test_draft_model_greedy_drafting_follows_target(small2, sampling, bug, monkeypatch):
     draft = draft_of(small2)
     factory = lambda: DraftModelProposer(draft, k=2, draft_sampling="greedy")  # noqa: E731
-    assert sampled_joint_pvalue(small2, PROMPT, factory, sampling) > 1e-3
+    check_joint_law(monkeypatch, bug, small2, PROMPT, factory, sampling, batch_twin=True)
 
 
 @pytest.mark.parametrize("sampling", REGIMES, ids=REGIME_IDS)

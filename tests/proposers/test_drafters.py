@@ -5,7 +5,8 @@ import copy
 import pytest
 import torch
 
-from support import RecordsAccepted, make_tiny_llama, noisy, sampled_joint_pvalue
+from support import (RecordsAccepted, assert_law, check_joint_law, make_tiny_llama, noisy, sampled_joint_pvalue,
+                     twins)
 from specdecode_ref import SamplingParams, autoregressive_generate, generate, kv
 from specdecode_ref.training import distill, train
 from specdecode_ref.proposers.draft_model import DraftModelProposer, build_draft_model
@@ -70,16 +71,18 @@ def small_vocab():
 
 
 @pytest.mark.parametrize("sampling", [SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top_k=3)])
-def test_draft_model_sampling_follows_target(small_vocab, sampling):
+@twins("bonus_off_by_one")
+def test_draft_model_sampling_follows_target(small_vocab, sampling, bug, monkeypatch):
     draft = noisy_draft(small_vocab, 0.5, 0, (1,))
     prompt = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
-    assert sampled_joint_pvalue(small_vocab, prompt, lambda: DraftModelProposer(draft, k=2), sampling) > 1e-3
+    check_joint_law(monkeypatch, bug, small_vocab, prompt, lambda: DraftModelProposer(draft, k=2), sampling,
+                    batch_twin=True)
 
 
 def test_draft_model_planted_bug_wrong_q_is_caught(small_vocab):
     """Report a q other than the one the draft was sampled from (here: uniform): the distribution
-    test must fail. (Dropping q altogether would *not* be a bug: the one-hot rule is exact for any
-    draft token, it only accepts less often.)"""
+    test must fail, at the size of test_draft_model_sampling_follows_target. (Dropping q altogether would *not* be a bug: the one-hot rule is exact for
+    any draft token, it only accepts less often.)"""
 
     class WrongQ(DraftModelProposer):
         def propose(self, state):
@@ -89,8 +92,8 @@ def test_draft_model_planted_bug_wrong_q_is_caught(small_vocab):
 
     draft = noisy_draft(small_vocab, 0.5, 0, (1,))
     prompt = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
-    p = sampled_joint_pvalue(small_vocab, prompt, lambda: WrongQ(draft, k=2), SamplingParams(temperature=1.0), n=3000)
-    assert p < 1e-6
+    p = sampled_joint_pvalue(small_vocab, prompt, lambda: WrongQ(draft, k=2), SamplingParams(temperature=1.0))
+    assert_law(p, "uniform q")
 
 
 def padded_draft(target, rows, seed=0):
@@ -130,12 +133,12 @@ def test_padded_vocabulary_greedy_exact(target4):
         assert out.stats.accepted > 0
 
 
-def test_padded_vocabulary_sampling_follows_target(small_vocab):
+@twins("bonus_off_by_one")
+def test_padded_vocabulary_sampling_follows_target(small_vocab, bug, monkeypatch):
     draft = padded_draft(small_vocab, 9)
     prompt = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
-    pv = sampled_joint_pvalue(small_vocab, prompt, lambda: DraftModelProposer(draft, k=2, shared_tokens=6),
-                              SamplingParams(temperature=1.0))
-    assert pv > 1e-3
+    check_joint_law(monkeypatch, bug, small_vocab, prompt, lambda: DraftModelProposer(draft, k=2, shared_tokens=6),
+                    SamplingParams(temperature=1.0), batch_twin=True)
 
 
 def test_vocabulary_mismatch_is_a_clear_error(target4):
@@ -190,11 +193,12 @@ def test_early_exit_at_last_layer_is_the_target(target4):
 
 
 @pytest.mark.parametrize("reuse_kv", [True, False])
-def test_early_exit_sampling_follows_target(small_vocab, reuse_kv):
+@twins("bonus_off_by_one")
+def test_early_exit_sampling_follows_target(small_vocab, reuse_kv, bug, monkeypatch):
     adapter = noisy(build_adapter(small_vocab, 1), 0.5, 0)
     prompt = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
     factory = lambda: EarlyExitProposer(small_vocab, adapter, k=2, reuse_kv=reuse_kv)  # noqa: E731
-    assert sampled_joint_pvalue(small_vocab, prompt, factory, SamplingParams(temperature=1.0)) > 1e-3
+    check_joint_law(monkeypatch, bug, small_vocab, prompt, factory, SamplingParams(temperature=1.0))
 
 
 def test_early_exit_planted_bug_stale_shared_cache_is_caught(target4):

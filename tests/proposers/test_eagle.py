@@ -6,7 +6,8 @@ import json
 import pytest
 import torch
 
-from support import RecordsAccepted, check_unrolled_matches_sequential, make_tiny_llama, noisy, sampled_joint_pvalue
+from support import (RecordsAccepted, check_joint_law, check_unrolled_matches_sequential, make_tiny_llama, noisy,
+                     twins)
 from specdecode_ref import SamplingParams, autoregressive_generate, generate, kv, masks, trees
 from specdecode_ref.training import cli, distill, train
 from specdecode_ref.proposers import eagle
@@ -197,24 +198,35 @@ def small_vocab():
 
 
 @pytest.mark.parametrize("sampling", [SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top_k=3)])
-def test_eagle_chain_sampling_follows_target(small_vocab, sampling):
+@twins("bonus_off_by_one")
+def test_eagle_chain_sampling_follows_target(small_vocab, sampling, bug, monkeypatch):
     head = good_head(small_vocab, 0.3, 0)
     prompt = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
-    assert sampled_joint_pvalue(small_vocab, prompt, lambda: EagleProposer(small_vocab, head, k=2), sampling) > 1e-3
+    check_joint_law(monkeypatch, bug, small_vocab, prompt, lambda: EagleProposer(small_vocab, head, k=2), sampling)
 
 
-def test_eagle_tree_sampling_follows_target(small_vocab):
+@twins("bonus_off_by_one")
+def test_eagle_tree_sampling_follows_target(small_vocab, bug, monkeypatch):
     head = good_head(small_vocab, 0.3, 0)
     prompt = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
     factory = lambda: EagleProposer(small_vocab, head, k=5, tree=True, depth=2, beam=2, branch=2)  # noqa: E731
-    assert sampled_joint_pvalue(small_vocab, prompt, factory, SamplingParams(temperature=1.0)) > 1e-3
+    check_joint_law(monkeypatch, bug, small_vocab, prompt, factory, SamplingParams(temperature=1.0))
 
 
 def test_eagle_chain_sampling_returns_q(small_vocab):
+    """Sampled drafting reports the q each token was drawn from: rows sum to 1 and put mass on
+    the drafted token."""
     head = good_head(small_vocab, 0.3, 0)
-    out = generate(small_vocab, torch.tensor([0, 1, 2]), EagleProposer(small_vocab, head, k=3), max_new_tokens=30,
-                   sampling=SamplingParams(temperature=1.0), seed=1)
-    assert out.stats.acceptance_rate > 0 and len(out.tokens) == 30
+    p, drafts = EagleProposer(small_vocab, head, k=3), []
+    real = p.propose
+    p.propose = lambda state: drafts.append(real(state)) or drafts[-1]
+    out = generate(small_vocab, torch.tensor([0, 1, 2]), p, max_new_tokens=30, sampling=SamplingParams(temperature=1.0),
+                   seed=1)
+    assert out.stats.acceptance_rate > 0 and len(out.tokens) == 30 and drafts
+    for d in drafts:
+        assert d.probs is not None and d.probs.shape == (len(d.tokens), 6)
+        torch.testing.assert_close(d.probs.sum(-1), torch.ones(len(d.tokens)))
+        assert bool((d.probs.gather(1, d.tokens[:, None]) > 0).all())
 
 
 # --- training, files, errors ----------------------------------------------------------------------

@@ -5,7 +5,7 @@ derive_choices, training lowers the loss, and the weights' save/load round trip.
 import pytest
 import torch
 
-from support import RecordsAccepted, make_tiny_llama, sampled_joint_pvalue
+from support import RecordsAccepted, check_joint_law, make_tiny_llama, sampled_joint_pvalue, twins
 from specdecode_ref import SamplingParams, autoregressive_generate, generate, trees
 from specdecode_ref.training import train
 from specdecode_ref.proposers.medusa import (MedusaHeads, MedusaProposer, derive_choices, expected_accepted,
@@ -130,11 +130,12 @@ def test_planted_indexing_bugs_are_caught(target4, bug):
     ([(0,), (1,), (0, 0), (1, 0), (0, 1)], SamplingParams(temperature=1.0)),
     (None, SamplingParams(temperature=0.7, top_k=3)),
 ], ids=["tree-T1", "chain-T0.7-top3"])
-def test_medusa_sampling_lossless_follows_target(small_vocab, choices, sampling):
+@twins("bonus_off_by_one")
+def test_medusa_sampling_lossless_follows_target(small_vocab, choices, sampling, bug, monkeypatch):
     heads = random_heads(small_vocab, 2, 1.0, seed=1)
     prompt = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
     factory = lambda: MedusaProposer(small_vocab, heads, choices=choices)  # noqa: E731
-    assert sampled_joint_pvalue(small_vocab, prompt, factory, sampling, n=2500) > 1e-3
+    check_joint_law(monkeypatch, bug, small_vocab, prompt, factory, sampling, n=2500)
 
 
 def test_medusa_typical_acceptance_runs_and_is_lossy(small_vocab):

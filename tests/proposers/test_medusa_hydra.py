@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from support import sampled_joint_pvalue
+from support import check_joint_law, twins
 from specdecode_ref import SamplingParams, autoregressive_generate, generate, trees
 from specdecode_ref.proposers import DecodeState, shipped_vocab
 from specdecode_ref.proposers.medusa import (HydraHeads, HydraProposer, MedusaHeads, MedusaProposer, derive_choices,
@@ -131,12 +131,13 @@ def test_oracle_hydra_accepts_everything_and_planted_bugs_do_not(target4, choice
 
 # --- sampling ------------------------------------------------------------------------------------
 
-def test_hydra_sampling_lossless_follows_target(small_vocab):
+@twins("resample_from_p")
+def test_hydra_sampling_lossless_follows_target(small_vocab, bug, monkeypatch):
     heads = random_hydra(small_vocab, 2, 1.0, seed=1, width=8)
     prompt = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
     choices = [(0,), (1,), (0, 0), (1, 0), (0, 1)]
     factory = lambda: HydraProposer(small_vocab, heads, choices=choices)  # noqa: E731
-    assert sampled_joint_pvalue(small_vocab, prompt, factory, SamplingParams(temperature=1.0), n=1200) > 1e-3
+    check_joint_law(monkeypatch, bug, small_vocab, prompt, factory, SamplingParams(temperature=1.0), n=1200)
 
 
 @pytest.fixture(scope="module")
