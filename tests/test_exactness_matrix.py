@@ -104,21 +104,6 @@ def test_generate_deep_draft_is_exact_at_every_acceptance_length(cases, deep_run
     assert 0 in lengths and max(lengths) >= 2 and len(lengths) >= 3, dict(lengths)
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_generate_batch_is_exact_per_row_or_refuses(embedded, cases, name):
-    model, _ = embedded
-    prompts = [ids for ids, _ in cases]
-    proposer = _proposer(model, name, DEEP[name])
-    if name not in BATCHED:
-        with pytest.raises(NotImplementedError, match=REFUSED):
-            generate_batch(model, prompts, proposer=proposer, max_new_tokens=NEW, stop_on_eos=False)
-        return
-    results = generate_batch(model, prompts, proposer=proposer, max_new_tokens=NEW, stop_on_eos=False)
-    for row, (r, (_, plain)) in enumerate(zip(results, cases)):
-        assert torch.equal(r.tokens, plain), f"{name}: batch row {row} differs from the prompt decoded alone"
-    assert sum(r.stats.accepted for r in results) > 0
-
-
 def _serve(model, prompts, proposer, budgets, **kw):
     # Blocks of 8 slots, enough for the longest request alone but not for both at full length.
     need = [-(-(p.numel() + m + proposer.k) // 8) for p, m in zip(prompts, budgets)]
@@ -126,19 +111,36 @@ def _serve(model, prompts, proposer, budgets, **kw):
                  max_num_batched_tokens=1024, max_num_seqs=2, check_every_step=True, **kw)
 
 
+def _batch_outputs(model, prompts, proposer):
+    results = generate_batch(model, prompts, proposer=proposer, max_new_tokens=NEW, stop_on_eos=False)
+    return [r.tokens.tolist() for r in results], sum(r.stats.accepted for r in results)
+
+
+def _served_outputs(model, prompts, proposer):
+    result = _serve(model, prompts, proposer, [NEW] * len(prompts), stop_on_eos=False)
+    print(f"{proposer!r}: {result.num_preemptions} preemptions")
+    return [r.output for r in result.requests], result.metrics()["spec_decode_num_accepted_tokens"]
+
+
+MANY_REQUEST_PATHS = {"generate_batch": _batch_outputs, "scheduler": _served_outputs}
+
+
+@pytest.mark.parametrize("path", sorted(MANY_REQUEST_PATHS))
 @pytest.mark.parametrize("name", NAMES)
-def test_scheduler_is_exact_per_request_or_refuses(embedded, cases, name):
+def test_many_request_paths_are_exact_per_request_or_refuse(embedded, cases, name, path):
+    """Each row of a batch, and each request the scheduler serves (with preemption), equals that
+    prompt decoded alone; a proposer the path cannot draft with is refused with the reason."""
     model, _ = embedded
     prompts = [ids for ids, _ in cases]
     proposer = _proposer(model, name, DEEP[name])
+    run = MANY_REQUEST_PATHS[path]
     if name not in BATCHED:
         with pytest.raises(NotImplementedError, match=REFUSED):
-            _serve(model, prompts, proposer, [NEW] * len(prompts))
+            run(model, prompts, proposer)
         return
-    result = _serve(model, prompts, proposer, [NEW] * len(prompts), stop_on_eos=False)
-    assert [r.output for r in result.requests] == [p.tolist() for _, p in cases]
-    print(f"{name}: {result.num_preemptions} preemptions")
-    assert result.metrics()["spec_decode_num_accepted_tokens"] > 0
+    outputs, accepted = run(model, prompts, proposer)
+    assert outputs == [plain.tolist() for _, plain in cases], f"{name}: a request differs from its prompt alone"
+    assert accepted > 0
 
 
 def _eos_inside_a_draft(run, plain):
