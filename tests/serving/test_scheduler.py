@@ -102,6 +102,21 @@ def test_draft_slots_are_reserved_then_given_back(tiny_model):
     assert max(reserved) == 4
 
 
+@pytest.mark.parametrize("wrapper", ["fixed", "heuristic", "goodput"])
+def test_adaptive_k_wrappers_are_lossless_when_served(tiny_model, load, wrapper):
+    """The K controllers of proposers/adaptive.py around the proposer each request drafts with:
+    served with preemption, every request still equals plain decoding alone."""
+    from specdecode_ref.proposers.adaptive import FixedK, GoodputK, HeuristicK
+
+    prompts, budgets, arrivals, refs = (x[:60] for x in load)
+    proposer = {"fixed": lambda: FixedK(NgramProposer(k=4)), "heuristic": lambda: HeuristicK(NgramProposer(k=4)),
+                "goodput": lambda: GoodputK(NgramProposer(k=4), verify_cost=lambda k: 1 + 0.05 * k, c_step=0.01,
+                                            k_max=6)}[wrapper]()
+    result = _run(_scheduler(tiny_model, proposer, AlwaysOn(proposer.k)), prompts, budgets, arrivals)
+    assert [r.output for r in result.requests] == refs
+    assert result.num_preemptions > 0 and result.metrics()["spec_decode_num_draft_tokens"] > 0
+
+
 # --- (b) the embedded model with n-gram speculation ------------------------------------------
 
 @pytest.mark.embedded
