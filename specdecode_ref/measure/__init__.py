@@ -10,6 +10,7 @@ checks its formulas against a real model.
     sampling_regime drafting from q vs greedy one-hot at T = 0, 0.7, 1.0: α, predicted α, τ per drafter
     stats           chi-square and uniformity tests for "the output follows the target distribution"
     viz             a generation drawn as coloured tokens (accepted, recovered, bonus)
+    claims          sentences rendered from measured values (paired comparisons, machine line) for the notebooks
     replay          the engine's step rule replayed offline: tau and modelled speedup for any k (notebooks 03, 05)
     ngram_analysis  offline replays of prompt lookup (notebook 04)
     layer_analysis  per-layer agreement and layer-call traces (notebook 06)
