@@ -156,7 +156,7 @@ class AdaptivePolicy(SpeculationPolicy):
         self.reprobe_every = int(reprobe_every)
         self.token_prior_steps = float(token_prior_steps)
         self.token_stats: dict = {}  # K -> [decayed tokens per request, decayed steps]
-        self.drafted = 0.0
+        self.tested = 0.0  # draft positions tested: accepted ones, plus the first rejected one
         self.accepted = 0.0
         self.steps_off = 0
         self.step_stats: dict = {}  # (bucket, K) -> [decayed seconds, decayed steps, steps]
@@ -166,15 +166,22 @@ class AdaptivePolicy(SpeculationPolicy):
 
     @property
     def alpha(self) -> float:
-        """The acceptance-rate estimate: decayed accepted / drafted counts, with the prior."""
-        return (self.accepted + self.prior_alpha * self.prior_weight) / (self.drafted + self.prior_weight)
+        """The per-position acceptance estimate: decayed accepted / tested positions, with the prior.
+
+        Verification stops at the first rejection, so the drafts after it are never tested: they
+        say nothing about alpha. Dividing by every drafted token (vLLM's "draft acceptance rate")
+        would count them as failures and bias alpha low (i.i.d. acceptance at alpha = 0.8 and K = 4
+        gives accepted / drafted = 0.59). This is the i.i.d. maximum-likelihood estimate of
+        ``analysis.estimate_alpha``, with decay and a prior."""
+        return (self.accepted + self.prior_alpha * self.prior_weight) / (self.tested + self.prior_weight)
 
     def observe(self, num_drafted: int, num_accepted: int) -> None:
         if num_drafted <= 0:
             return
         if not 0 <= num_accepted <= num_drafted:
             raise ValueError(f"accepted {num_accepted} of {num_drafted} drafted tokens")
-        self.drafted = self.drafted * self.decay + num_drafted
+        tested = num_accepted + (1 if num_accepted < num_drafted else 0)
+        self.tested = self.tested * self.decay + tested
         self.accepted = self.accepted * self.decay + num_accepted
 
     def predicted_speedup(self, batch_size: int, k: int) -> float:

@@ -9,10 +9,12 @@ a large batch when acceptance is low (the cost model, no timing).
 """
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from specdecode_ref import autoregressive_generate, chat_ids
+from specdecode_ref.analysis import estimate_alpha
 from specdecode_ref.proposers import Draft, NgramProposer, Proposer
 from specdecode_ref.serving import scheduler as sched_mod
 from specdecode_ref.serving.blocks import BlockManager
@@ -168,8 +170,10 @@ def _outputs_before_each_step(r):
 def test_adaptive_turns_speculation_off_at_large_batch_when_acceptance_is_low():
     cost = roofline_cost(knee_tokens=16)
     low = AdaptivePolicy(4, cost=cost, prior_weight=1.0, probe_every=0)
-    for _ in range(50):
-        low.observe(4, 1)  # one drafted token in four is accepted
+    for _ in range(50):  # per three steps: one accepted draft, three first-position rejections
+        low.observe(4, 0)
+        low.observe(4, 0)
+        low.observe(4, 1)
     assert 0.2 < low.alpha < 0.3
     assert low.choose_k(1) > 0  # one request: the forward is memory-bound, drafting is free
     assert low.choose_k(64) == 0  # a full batch: every rejected draft costs compute
@@ -178,6 +182,24 @@ def test_adaptive_turns_speculation_off_at_large_batch_when_acceptance_is_low():
         high.observe(4, 4)
     assert high.choose_k(12) > 0 and low.choose_k(12) == 0  # at a medium batch acceptance decides
     assert high.choose_k(1) == 4
+
+
+def test_adaptive_alpha_counts_tested_positions_not_drafted_tokens():
+    """Drafts after the first rejection are never tested: alpha is accepted / (accepted + rejections),
+    the i.i.d. maximum-likelihood estimate of analysis.estimate_alpha, not accepted / drafted."""
+    rng = np.random.default_rng(0)
+    accepted_lengths, draft_lengths = [], []
+    pol = AdaptivePolicy(4, cost=roofline_cost(16), prior_weight=1e-9, decay=1.0, probe_every=0)
+    for _ in range(4000):  # i.i.d. acceptance at alpha = 0.8, K = 4
+        n = 0
+        while n < 4 and rng.random() < 0.8:
+            n += 1
+        pol.observe(4, n)
+        accepted_lengths.append(n)
+        draft_lengths.append(4)
+    assert pol.alpha == pytest.approx(estimate_alpha(accepted_lengths, draft_lengths), rel=1e-6)
+    assert abs(pol.alpha - 0.8) < 0.02
+    assert sum(accepted_lengths) / sum(draft_lengths) < 0.65  # accepted / drafted would say ~0.59
 
 
 def test_adaptive_probes_when_off_and_recovers():
