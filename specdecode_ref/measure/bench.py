@@ -1,6 +1,6 @@
 """Timing harness: every decoding method on the same prompts, per-category tables and plots.
 
-Why it is built this way (DESIGN.md, "Measurement method"):
+Why it is built this way:
 
 * Every method decodes the same chat prompts in the same run, and results are reported as ratios
   to plain decoding: this machine is shared and noisy, absolute tokens/s drift between runs.
