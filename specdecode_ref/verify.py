@@ -12,6 +12,8 @@ Production counterparts: vLLM ``vllm/v1/sample/rejection_sampler.py``; transform
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .trees import ROOT, validate_parents
@@ -148,16 +150,23 @@ def _check_tree(scores: torch.Tensor, parents, draft_tokens: torch.Tensor, name:
     return p.tolist(), draft_tokens.tolist()
 
 
-def _deepest_good_path(parents: list, good) -> list:
-    """Node indices from the root down to the deepest node whose whole path passes ``good(i)``
-    (ties: the first such node); [] when no child of the root passes. Parents come first."""
+def _deepest_good_path(parents: list, good, score=None) -> list:
+    """Node indices from the root down to the deepest node whose whole path passes ``good(i)``;
+    [] when no child of the root passes. Parents come first.
+
+    Ties between equally deep nodes: without ``score``, the first such node; with ``score(i)`` (a
+    per-node value, e.g. the log-probability of node i's token at its parent), the node whose path
+    has the largest sum of scores, the first of those if several are equal."""
     good_depth = []  # length of the all-good path ending at node i, 0 if there is none
-    best, best_len = ROOT, 0  # the deepest such node so far (the root: nothing accepted)
+    path_score = []  # sum of score over the all-good path ending at node i (0 when none)
+    best, best_len, best_score = ROOT, 0, float("-inf")  # the best such node so far (the root: nothing accepted)
     for i, par in enumerate(parents):
         ok = good(i) and (par == ROOT or good_depth[par] > 0)
         good_depth.append((1 if par == ROOT else good_depth[par] + 1) if ok else 0)
-        if good_depth[i] > best_len:
-            best, best_len = i, good_depth[i]
+        path_score.append(((0.0 if par == ROOT else path_score[par]) + float(score(i))) if ok and score else 0.0)
+        if good_depth[i] > best_len or (score is not None and good_depth[i] == best_len > 0
+                                         and path_score[i] > best_score):
+            best, best_len, best_score = i, good_depth[i], path_score[i]
     path = []
     while best != ROOT:
         path.append(best)
@@ -273,8 +282,9 @@ def typical_accept(target_probs: torch.Tensor, parents, draft_tokens: torch.Tens
     A node x is *typical* when p(x) > min(epsilon, delta * exp(-H(p))), with p the target's
     distribution at its parent and H its entropy (nats): a confident target (low entropy) demands
     a probable token, a hesitant one accepts anything reasonably likely. The accepted path is the
-    longest path of typical nodes (ties: the first), and the step's last token is drawn from p
-    after that path. Defaults epsilon = 0.09, delta = 0.3 are Medusa's (``posterior_threshold``,
+    longest path of typical nodes; among equally long ones, as in Medusa's ``evaluate_posterior``,
+    the path whose tokens the target finds most likely (the largest sum of log p over the path;
+    the first of those on an exact tie). The step's last token is drawn from p after that path. Defaults epsilon = 0.09, delta = 0.3 are Medusa's (``posterior_threshold``,
     ``posterior_alpha``).
 
     It accepts more than rejection sampling (any typical token passes, with probability 1), which
@@ -292,7 +302,9 @@ def typical_accept(target_probs: torch.Tensor, parents, draft_tokens: torch.Tens
     probs = target_probs.float()
     entropy = -(probs * torch.log(probs.clamp(min=1e-30))).sum(dim=-1)  # [n+1]
     threshold = torch.minimum(torch.full_like(entropy, float(epsilon)), delta * torch.exp(-entropy))
-    path = _deepest_good_path(p_list, lambda i: float(probs[p_list[i] + 1, toks[i]]) > float(threshold[p_list[i] + 1]))
+    node_p = [float(probs[p_list[i] + 1, toks[i]]) for i in range(len(toks))]  # p(node | its parent)
+    path = _deepest_good_path(p_list, lambda i: node_p[i] > float(threshold[p_list[i] + 1]),
+                              score=lambda i: math.log(node_p[i]))  # typical nodes have p > 0
     last_slot = path[-1] + 1 if path else 0
     last = int(torch.multinomial(probs[last_slot], 1, generator=generator))
     device = probs.device

@@ -330,6 +330,31 @@ def test_typical_threshold_rule():
     assert path.tolist() == [0, 1] and emitted.tolist() == [1, 2, 0]
 
 
+def test_typical_tie_broken_by_likelihood():
+    """Two equally long typical paths: the one whose tokens the target finds more likely wins (the
+    sum of log p over the path, Medusa's evaluate_posterior), not the first in node order."""
+    p_root = torch.tensor([0.1, 0.2, 0.6, 0.1])  # hesitant: the threshold is below 0.09
+    rows = torch.stack([p_root, torch.full((4,), 0.25), torch.full((4,), 0.25)])
+    # depth 1 only: tokens 1 (p 0.2, first) and 2 (p 0.6) are both typical; 2 must win
+    path, emitted = typical_accept(rows, torch.tensor([-1, -1]), torch.tensor([1, 2]), torch.Generator().manual_seed(0))
+    assert path.tolist() == [1] and emitted[0] == 2
+    # depth 2, equal lengths: the sum over the whole path decides, not the first level alone
+    a, b = torch.tensor([0.05, 0.5, 0.35, 0.1]), torch.tensor([0.1, 0.2, 0.3, 0.4])
+    rows = torch.stack([torch.tensor([0.1, 0.45, 0.35, 0.1]), a, b, torch.full((4,), 0.25), torch.full((4,), 0.25)])
+    parents, toks = torch.tensor([-1, -1, 0, 1]), torch.tensor([1, 2, 2, 3])
+    # path via node 0: 0.45 * 0.35 = 0.1575; via node 1: 0.35 * 0.4 = 0.14 -> node 0's path
+    path, _ = typical_accept(rows, parents, toks, torch.Generator().manual_seed(0))
+    assert path.tolist() == [0, 2]
+    rows[1] = torch.tensor([0.05, 0.5, 0.3, 0.15])  # now 0.45 * 0.3 = 0.135 < 0.14 -> node 1's path
+    path, _ = typical_accept(rows, parents, toks, torch.Generator().manual_seed(0))
+    assert path.tolist() == [1, 3]
+    # a longer typical path still beats a shorter, more likely one: node 0 (token 2, p 0.35) has a
+    # typical child, node 1 (token 1, p 0.45) has none
+    path, _ = typical_accept(rows[:4], torch.tensor([-1, -1, 0]), torch.tensor([2, 1, 2]),
+                             torch.Generator().manual_seed(0))
+    assert path.tolist() == [0, 2]
+
+
 def test_tree_sampling_uses_only_the_generator():
     p = torch.softmax(torch.randn(4, 6, generator=torch.Generator().manual_seed(0)), -1)
     args = (p, torch.tensor([-1, -1, 0]), torch.tensor([1, 2, 3]))
