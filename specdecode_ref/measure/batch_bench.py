@@ -197,6 +197,211 @@ def summarize_throughput(df):
     return med
 
 
+# --- where one batched step's time goes ---------------------------------------------------------
+
+#: The parts of a decode step that :func:`profile_generate_batch` times, in the order of a step.
+STEP_PARTS = ("draft", "layout", "mask", "forward", "verify", "rollback", "compact", "retire", "other")
+
+
+class StepProfiler:
+    """Times the parts of ``generate_batch``'s steps from outside the engine (``with`` block).
+
+    Inside the block, the engine's own functions are wrapped by timers (and put back on exit), so
+    ``batch.py`` carries no profiling code and runs exactly as without it; the timers cost a few
+    microseconds per call against milliseconds per step. Parts, per run:
+
+    * draft: the batch proposer's begin, propose and on_verified (n-gram lookups per row, or the
+      draft model's forwards);
+    * layout: left-padding the rows' new tokens and their positions (``RaggedCache.layout``);
+    * mask: the 4-D attention mask over the cache (``ragged_attention_mask``);
+    * forward: the target model itself, scoring every row's ``[last] + draft`` (padded to the widest);
+    * verify: ``_verify_rows``; rollback: ``RaggedCache.rollback`` of the target; compact:
+      ``maybe_compact`` (the check, and the gather when it runs); retire: finished rows leaving the
+      batch (target and drafter caches);
+    * other: the rest of the step loop (bookkeeping per row: appending tokens, counters, EOS).
+
+    The first target forward (the prefill of every prompt) is kept apart in ``prefill_s``. One
+    record per decode forward in ``forwards``: active rows, width (the widest row's new tokens)
+    and the mean row's new tokens.
+    """
+
+    def __init__(self, model):
+        self.model = model
+        self.device = _device(model)
+        self.reset()
+
+    def reset(self) -> None:
+        self.parts = {p: 0.0 for p in STEP_PARTS if p != "other"}
+        self.prefill_s = 0.0
+        self.forwards: list = []
+        self._in_target_forward = False
+        self._prefill_done = False
+
+    def _clock(self) -> float:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
+    def _timer(self, part: str, fn, target_only: bool = False):
+        prof = self
+
+        def timed(*args, **kwargs):
+            if target_only and not (args and getattr(args[0], "model", None) is prof.model):
+                return fn(*args, **kwargs)
+            t0 = prof._clock()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                if prof._prefill_done:
+                    prof.parts[part] += prof._clock() - t0
+        return timed
+
+    def __enter__(self):
+        from .. import batch
+
+        prof = self
+        self._saved = [(batch, "_verify_rows", batch._verify_rows), (batch, "_retire", batch._retire),
+                       (batch, "ragged_attention_mask", batch.ragged_attention_mask)]
+        for cls_attr in ("forward", "layout", "rollback", "maybe_compact"):
+            self._saved.append((batch.RaggedCache, cls_attr, getattr(batch.RaggedCache, cls_attr)))
+        real_forward, real_mask = batch.RaggedCache.forward, batch.ragged_attention_mask
+
+        def forward(cache, rows_ids, *args, **kwargs):
+            if cache.model is not prof.model or prof._in_target_forward:
+                return real_forward(cache, rows_ids, *args, **kwargs)
+            before = (prof.parts["layout"], prof.parts["mask"])
+            prof._in_target_forward = True
+            t0 = prof._clock()
+            try:
+                return real_forward(cache, rows_ids, *args, **kwargs)
+            finally:
+                dt = prof._clock() - t0
+                prof._in_target_forward = False
+                if not prof._prefill_done:
+                    prof.prefill_s += dt
+                    prof._prefill_done = True
+                else:
+                    inner = prof.parts["layout"] - before[0] + prof.parts["mask"] - before[1]
+                    prof.parts["forward"] += dt - inner
+                    lens = [len(r) for r in rows_ids]
+                    prof.forwards.append({"rows": len(lens), "width": max(lens), "mean_new": float(np.mean(lens)),
+                                          "forward_s": dt - inner})
+
+        def mask(*args, **kwargs):
+            if not prof._in_target_forward:
+                return real_mask(*args, **kwargs)
+            return prof._timer("mask", real_mask)(*args, **kwargs)
+
+        batch._verify_rows = self._timer("verify", batch._verify_rows)
+        batch._retire = self._timer("retire", batch._retire)
+        batch.ragged_attention_mask = mask
+        batch.RaggedCache.forward = forward
+        batch.RaggedCache.layout = self._timer("layout", batch.RaggedCache.layout, target_only=True)
+        batch.RaggedCache.rollback = self._timer("rollback", batch.RaggedCache.rollback, target_only=True)
+        batch.RaggedCache.maybe_compact = self._timer("compact", batch.RaggedCache.maybe_compact, target_only=True)
+        return self
+
+    def __exit__(self, *exc):
+        for owner, name, value in reversed(self._saved):
+            setattr(owner, name, value)
+        return False
+
+    def wrap_proposer(self, proposer):
+        """Time ``proposer``'s batch drafting (begin, propose, on_verified) as the "draft" part.
+        Returns a function that undoes the wrapping."""
+        if proposer is None:
+            return lambda: None
+        make = proposer.batch_proposer
+        prof = self
+
+        def batch_proposer():
+            bp = make()
+            for name in ("begin", "propose", "on_verified"):
+                setattr(bp, name, prof._timer("draft", getattr(bp, name)))
+            return bp
+
+        proposer.batch_proposer = batch_proposer
+        return lambda: proposer.__dict__.pop("batch_proposer", None)
+
+
+def profile_generate_batch(model, prompts: list, proposer=None, **kwargs):
+    """``generate_batch`` with its decode steps timed part by part (:class:`StepProfiler`).
+
+    Returns (results, profile): ``profile`` is a dict with ``total_s`` (wall time of the call),
+    ``prefill_s``, ``decode_s`` (total - prefill), ``steps`` (decode forwards), one entry per part
+    of :data:`STEP_PARTS` in seconds over the whole run ("other" is what the parts leave of
+    decode_s), and ``forwards`` (a list of dicts: rows, width, mean_new, forward_s per step).
+    The results are those of ``generate_batch`` with the same arguments.
+    """
+    prof = StepProfiler(model)
+    undo = prof.wrap_proposer(proposer)
+    try:
+        with prof:
+            results, total = _timed(_device(model), lambda: generate_batch(model, prompts, proposer=proposer, **kwargs))
+    finally:
+        undo()
+    out = {"total_s": total, "prefill_s": prof.prefill_s, "decode_s": total - prof.prefill_s,
+           "steps": len(prof.forwards), **prof.parts}
+    out["other"] = max(out["decode_s"] - sum(prof.parts.values()), 0.0)
+    out["forwards"] = prof.forwards
+    return results, out
+
+
+def surface_time_at(surface, rows: float, n: float) -> float:
+    """T(rows, n) in seconds for any number of active rows: linear in n (as :func:`surface_time`)
+    and linear in B between the measured batch sizes (clamped at the ends). A batch shrinks as
+    rows finish, so most steps run with a B that was not measured."""
+    bs = np.array(sorted(int(b) for b in surface.B.unique()), dtype=float)
+    times = np.array([surface_time(surface, int(b), n) for b in bs])
+    return float(np.interp(rows, bs, times))
+
+
+def run_policies(model, pool: list, batch_sizes, policies: dict, max_new_tokens: int = 16, make_proposer=None):
+    """Profiled runs of ``generate_batch`` at each batch size, one run per policy, interleaved.
+
+    ``policies``: label -> K at batch size B (a function of B, or an int; 0 means plain decoding).
+    The rows of batch size B are ``pool[0..B-1]`` (cycled). A policy whose K at B equals an earlier
+    policy's reuses that run (the same call would be repeated). ``make_proposer(k)`` builds the
+    proposer (default: n-gram with draft length k).
+
+    Returns a DataFrame, one row per (B, policy): k, tokens, total_s, prefill_s, decode_s, steps,
+    the parts of :data:`STEP_PARTS` (seconds), forwards (per step: rows, width, mean_new,
+    forward_s), row_decode_s (per row: its last token's time minus the prefill), accepted_lengths
+    and draft_lengths (all rows' steps), and tokens_by_row (to compare outputs).
+    """
+    import pandas as pd
+
+    from ..proposers import NgramProposer
+
+    make_proposer = make_proposer or (lambda k: NgramProposer(k=k))
+    generate_batch(model, _batch(pool, 2), proposer=make_proposer(2), max_new_tokens=4)  # warm-up
+    rows = []
+    for b in batch_sizes:
+        prompts = _batch(pool, b)
+        done = {}
+        for label, policy in policies.items():
+            k = int(policy(b) if callable(policy) else policy)
+            if k not in done:
+                res, prof = profile_generate_batch(model, prompts, proposer=make_proposer(k) if k > 0 else None,
+                                                   max_new_tokens=max_new_tokens)
+                done[k] = {"k": k, "tokens": sum(len(r.tokens) for r in res),
+                           **{key: prof[key] for key in ("total_s", "prefill_s", "decode_s", "steps", *STEP_PARTS)},
+                           "forwards": prof["forwards"],
+                           "row_decode_s": [r.stats.wall_time_s - prof["prefill_s"] for r in res],
+                           "accepted_lengths": [a for r in res for a in r.stats.accepted_lengths],
+                           "draft_lengths": [d for r in res for d in r.stats.draft_lengths],
+                           "tokens_by_row": [r.tokens.tolist() for r in res]}
+            rows.append({"B": b, "policy": label, **done[k]})
+    return pd.DataFrame(rows)
+
+
+def predicted_decode_s(surface, forwards: list, overhead_s: float = 0.0) -> float:
+    """A run's decode time predicted from the cost surface: the sum over its recorded steps of
+    T(active rows, width), the widest row's new tokens (every row pays for it), plus
+    ``overhead_s`` (the measured time outside the target forward, if it is to be included)."""
+    return sum(surface_time_at(surface, f["rows"], f["width"]) for f in forwards) + overhead_s
+
+
 # --- speculation on vs off per B ------------------------------------------------------------------
 
 def _make_proposer(name: str, model, k: int | None):
@@ -271,24 +476,33 @@ def crossover(df, column: str = "speedup") -> float | None:
 
 # --- batch-size-aware K -------------------------------------------------------------------------
 
-def choose_k_per_batch(surface, alpha: float, draft_s_per_token: dict | float = 0.0, ks=range(1, 9)):
+def choose_k_per_batch(surface, alpha: float, draft_s_per_token: dict | float = 0.0, ks=range(1, 9),
+                       plain_overhead_s: dict | float = 0.0, spec_overhead_s: dict | float = 0.0):
     """K per batch size from the model: argmax over K of
-    E[tokens | alpha, K] T(B, 1) / (T(B, K+1) + K c(B)), with T from the measured surface.
+    E[tokens | alpha, K] (T(B, 1) + o_plain(B)) / (T(B, K+1) + K c(B) + o_spec(B)), with T from the
+    measured surface.
 
-    alpha: per-row acceptance rate (measured); draft_s_per_token: seconds of one draft position at
-    batch B (a dict B -> s, or one number; 0 for n-gram). Returns a DataFrame B, k, predicted."""
+    alpha: per-row acceptance rate (measured; the i.i.d. estimate, analysis.estimate_alpha);
+    draft_s_per_token: seconds of one draft position at batch B (a dict B -> s, or one number; 0
+    for n-gram); plain_overhead_s / spec_overhead_s: seconds per step outside the target forward
+    (mask, verification, rollback, bookkeeping) of a plain and of a speculative step (dict or
+    number; default 0: the forward alone). Returns a DataFrame B, k, predicted."""
     import pandas as pd
+
+    def at(value, b):
+        return value.get(int(b), 0.0) if isinstance(value, dict) else float(value)
 
     rows = []
     max_n = int(surface.n.max())
     for b in sorted(surface.B.unique()):
-        c = draft_s_per_token.get(int(b), 0.0) if isinstance(draft_s_per_token, dict) else float(draft_s_per_token)
-        t1 = surface_time(surface, int(b), 1)
+        c = at(draft_s_per_token, b)
+        t1 = surface_time(surface, int(b), 1) + at(plain_overhead_s, b)
         best = (1.0, 0)
         for kk in ks:
             if kk + 1 > max_n:
                 break
-            s = float(expected_tokens_per_step(alpha, kk)) * t1 / (surface_time(surface, int(b), kk + 1) + kk * c)
+            s = float(expected_tokens_per_step(alpha, kk)) * t1 / (surface_time(surface, int(b), kk + 1) + kk * c
+                                                                  + at(spec_overhead_s, b))
             if s > best[0]:  # ties keep the smaller K (0 = plain decoding)
                 best = (s, kk)
         rows.append({"B": int(b), "k": best[1], "predicted": best[0]})

@@ -1,0 +1,52 @@
+"""The step profiler of measure.batch_bench: it times generate_batch from outside without changing
+what it computes, puts the engine's functions back, and its prediction helpers add up."""
+import pandas as pd
+import torch
+
+from specdecode_ref import batch, generate_batch
+from specdecode_ref.measure import batch_bench
+from specdecode_ref.proposers import NgramProposer
+
+
+def _prompts():
+    g = torch.Generator().manual_seed(0)
+    return [torch.randint(0, 64, (n,), generator=g) for n in (5, 9, 3)]
+
+
+def test_profile_leaves_outputs_and_engine_unchanged(tiny_model):
+    before = (batch._verify_rows, batch._retire, batch.ragged_attention_mask, batch.RaggedCache.forward,
+              batch.RaggedCache.layout, batch.RaggedCache.rollback, batch.RaggedCache.maybe_compact)
+    prompts = _prompts()
+    ref = generate_batch(tiny_model, prompts, proposer=NgramProposer(k=3), max_new_tokens=12)
+    prop = NgramProposer(k=3)
+    res, prof = batch_bench.profile_generate_batch(tiny_model, prompts, proposer=prop, max_new_tokens=12)
+    assert [r.tokens.tolist() for r in res] == [r.tokens.tolist() for r in ref]
+    assert [r.stats.accepted_lengths for r in res] == [r.stats.accepted_lengths for r in ref]
+    after = (batch._verify_rows, batch._retire, batch.ragged_attention_mask, batch.RaggedCache.forward,
+             batch.RaggedCache.layout, batch.RaggedCache.rollback, batch.RaggedCache.maybe_compact)
+    assert after == before and "batch_proposer" not in vars(prop)
+    assert prof["steps"] == len(prof["forwards"]) == max(r.stats.steps for r in res)
+    assert all(prof[p] >= 0 for p in batch_bench.STEP_PARTS) and prof["forward"] > 0 and prof["draft"] > 0
+    assert sum(prof[p] for p in batch_bench.STEP_PARTS) <= prof["decode_s"] + 1e-9
+    widths = [f["width"] for f in prof["forwards"]]
+    assert all(1 <= w <= 4 for w in widths)
+    # plain decoding: every step one token per row, nothing drafted
+    _, plain = batch_bench.profile_generate_batch(tiny_model, prompts, max_new_tokens=6)
+    assert plain["draft"] == 0 and {f["width"] for f in plain["forwards"]} == {1}
+
+
+def test_run_policies_reuses_equal_k_and_predictions_add_up(tiny_model):
+    runs = batch_bench.run_policies(tiny_model, _prompts(), (1, 2), {"plain": 0, "fixed": 2, "same": lambda b: 2},
+                                    max_new_tokens=6)
+    assert list(runs.policy) == ["plain", "fixed", "same"] * 2
+    fixed, same = runs[runs.policy == "fixed"], runs[runs.policy == "same"]
+    assert list(fixed.decode_s) == list(same.decode_s)  # the same K at the same B: one run
+    surface = pd.DataFrame([{"B": b, "n": n, "time_s": b + n} for b in (1, 4) for n in (1, 3)])
+    assert batch_bench.surface_time_at(surface, 2, 2) == 4.0  # linear in B and n
+    fw = [{"rows": 2, "width": 2}, {"rows": 1, "width": 1}]
+    assert batch_bench.predicted_decode_s(surface, fw, overhead_s=0.5) == 4.0 + 2.0 + 0.5
+    # a step overhead shared by plain and speculation dilutes the forward's ratio: K can only grow
+    flat = pd.DataFrame([{"B": 1, "n": n, "time_s": 1.0 + 0.3 * (n - 1)} for n in range(1, 10)])
+    k0 = batch_bench.choose_k_per_batch(flat, 0.6).k.iloc[0]
+    k1 = batch_bench.choose_k_per_batch(flat, 0.6, plain_overhead_s=2.0, spec_overhead_s=2.0).k.iloc[0]
+    assert k1 >= k0
