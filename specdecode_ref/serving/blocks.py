@@ -4,7 +4,10 @@ A paged KV cache stores each request's keys and values in blocks of ``block_size
 taken from one shared pool; a request holding n tokens owns ceil(n / block_size) blocks, listed in
 its block table. Speculation needs room *ahead* of the committed tokens: a step scores the last
 committed token plus k drafted tokens, so before the step the request must own slots for
-``num_computed_tokens + num_new_tokens + num_lookahead_tokens`` tokens. After verification the
+``num_computed_tokens + num_new_tokens + num_lookahead_tokens`` tokens, where (as in vLLM) the
+scheduled drafts are part of ``num_new_tokens`` = 1 + k and ``num_lookahead_tokens`` is extra room
+past them, which vLLM reserves only for drafters that write KV for the next step's drafts (EAGLE,
+a draft model: ``VllmConfig.num_lookahead_tokens`` = k; 0 for n-gram). After verification the
 slots of rejected drafts are given back (:meth:`BlockManager.trim`), so a request never holds a
 block that only a rejected draft needed.
 
@@ -87,10 +90,12 @@ class BlockManager:
         room), or None (nothing taken) when the pool has too few free blocks: the caller preempts
         another request or leaves this one waiting.
 
-        request.num_computed_tokens: tokens already in the cache; num_new_tokens: committed tokens this step
-        computes (a prompt, or the last committed token); num_lookahead_tokens: drafted tokens
-        scored this step (speculation's extra slots, given back by :meth:`trim` when rejected).
-        Same contract as vLLM's ``KVCacheManager.allocate_slots``.
+        request.num_computed_tokens: tokens already in the cache; num_new_tokens: tokens this step
+        computes (a prompt, or the last committed token plus this step's drafts, as vLLM schedules
+        ``num_tokens_with_spec - num_computed_tokens``); num_lookahead_tokens: slots past those, for
+        a drafter that writes KV ahead of the target (vLLM: EAGLE and draft models; 0 for n-gram).
+        Slots of rejected drafts are given back by :meth:`trim`. Same contract as vLLM's
+        ``KVCacheManager.allocate_slots``.
         """
         request_id, num_computed_tokens = _id(request), request.num_computed_tokens
         for name, value in (("num_computed_tokens", num_computed_tokens), ("num_new_tokens", num_new_tokens),

@@ -49,6 +49,14 @@ def latencies(requests) -> dict:
             "tpot_s": tpot_s, "e2e_s": e2e_s}
 
 
+def _tpot(r) -> float:
+    """A request's time per output token after the first, (last - first emission) / (tokens - 1)."""
+    n = r.num_output_tokens
+    if not r.emissions or n < 2:
+        return float("nan")
+    return (r.emissions[-1][0] - r.first_token_time) / (n - 1)
+
+
 def vllm_counters(stats) -> dict:
     """vLLM's speculative-decoding counters from a (pooled) SpecStats, under vLLM's names."""
     return {DRAFTS: int(stats.drafting_steps), DRAFT_TOKENS: int(stats.drafted),
@@ -77,6 +85,11 @@ def serving_metrics(result) -> dict:
         "vllm_mean_acceptance_length": stats.vllm_mean_acceptance_length,
         "preemptions": result.num_preemptions, "peak_blocks": result.blocks.peak_used,
         "num_blocks": result.blocks.num_blocks,
+        # per request, in the order they were added (NaN: fewer than 2 tokens): paired comparisons
+        "tpot_per_request_s": [_tpot(r) for r in reqs],
+        # drafts whose position i was tested (drafted, every earlier one accepted): the denominator
+        # of the conditional per-position rate, which vLLM's counters do not carry
+        "reached_per_pos": [int(x) for x in stats.reached_per_position],
     }
     out.update({name.removeprefix("vllm:"): value for name, value in vllm_counters(stats).items()})
     return out

@@ -10,9 +10,11 @@ One scheduler step (:meth:`Scheduler.step`), as in vLLM's v1 engine:
    ``num_computed_tokens`` (tokens in the KV cache) catching up with ``num_tokens_with_spec``
    (prompt + output + drafts). Running requests first: each needs ``num_tokens -
    num_computed_tokens`` committed tokens (1 while decoding) plus its drafts, within the step's
-   token budget; the drafts ride as *lookahead*: their slots are reserved
-   (``BlockManager.allocate_slots(request, num_new_tokens, num_lookahead_tokens)``) but only the
-   accepted ones stay. When the block pool cannot hold a request, the most recently admitted
+   token budget. The drafts are scheduled tokens like the last committed one: their slots are
+   reserved with them (``BlockManager.allocate_slots(request, 1 + len(drafts))``, as vLLM does for
+   n-gram drafting, where ``num_lookahead_tokens`` is 0) and only the accepted ones stay. vLLM's
+   ``num_lookahead_tokens`` reserves slots beyond the scheduled tokens, for drafters that write
+   their own KV for the next step's drafts (EAGLE, a draft model; ``VllmConfig.num_lookahead_tokens``). When the block pool cannot hold a request, the most recently admitted
    running request is preempted (recompute-style: its blocks and cache rows are dropped, its
    output so far kept; it goes back to the front of the waiting queue and is prefilled again,
    prompt + output, when readmitted), exactly vLLM's ``_preempt_request`` with
@@ -131,7 +133,7 @@ class StepRecord:
     num_prefills: int
     scheduled_tokens: int  # committed + drafted tokens computed this step
     num_preempted: int
-    reserved_blocks: int  # blocks in use after scheduling: committed tokens + drafts (lookahead)
+    reserved_blocks: int  # blocks in use after scheduling: committed tokens + drafts
     used_blocks: int  # blocks in use after verification: rejected drafts' slots given back
     wall_s: float  # wall time of the step
 
@@ -327,7 +329,9 @@ class Scheduler:
             if req.draft is not None and len(req.draft) > budget - num_new:
                 req.draft = _clip(req.draft, budget - num_new)
             num_spec = 0 if req.draft is None else len(req.draft)
-            while self.blocks.allocate_slots(req, num_new, num_lookahead_tokens=num_spec) is None:
+            # vLLM's num_new_tokens = num_tokens_with_spec - num_computed_tokens: the drafts are
+            # inside it; num_lookahead_tokens stays 0 (no drafter here writes KV ahead of the target)
+            while self.blocks.allocate_slots(req, num_new + num_spec) is None:
                 victim = self.running.pop()  # the most recently admitted request
                 self._preempt(victim)
                 preempted.append(victim)

@@ -19,6 +19,13 @@ vLLM's engine one step at a time (``LLM.llm_engine.add_request`` / ``step``, the
 step's new tokens of each request arrive with the wall-clock time of that step. The result, per
 load: the token ids per prompt, per prompt the chunks ``[seconds since time 0, new tokens]``,
 the load's wall time and the difference of the ``spec_decode`` counters over that load.
+
+Several speculative settings in one job (``"speculative_configs": [null, {...}]``): one LLM
+instance per setting, started one after the other in this process, so vLLM is imported once.
+``"in_process": true`` runs vLLM's engine core and its worker inside this process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``, ``distributed_executor_backend="uni"``, set by the runner):
+each of them would otherwise be a process of its own that imports torch and vLLM again, which on
+a 2-core laptop is most of a start-up. The result then has ``"runs"``, one sweep result per setting.
 """
 import json
 import sys
@@ -29,6 +36,8 @@ def _start(job: dict, **engine_args):
     """One LLM instance for the job's model, dtype and speculative settings; (llm, seconds)."""
     from vllm import LLM  # imported here: vLLM spawns its engine process
 
+    if job.get("in_process"):
+        engine_args.setdefault("distributed_executor_backend", "uni")
     t0 = time.perf_counter()
     llm = LLM(model=job["model"], dtype=job.get("dtype", "float32"),
               speculative_config=job.get("speculative_config"), max_model_len=job.get("max_model_len", 2048),
@@ -37,6 +46,16 @@ def _start(job: dict, **engine_args):
 
 
 def run(job: dict) -> dict:
+    if job.get("loads") and "speculative_configs" in job:
+        runs = []
+        for config in job["speculative_configs"]:
+            one = dict(job, speculative_config=config)
+            one.pop("speculative_configs")
+            runs.append(run_sweep(one, shutdown=True))
+            import gc
+
+            gc.collect()  # the stopped instance's KV cache goes before the next one allocates its own
+        return {"startup_s": sum(r["startup_s"] for r in runs), "runs": runs}
     if job.get("loads"):
         return run_sweep(job)
     from vllm import SamplingParams
@@ -66,8 +85,9 @@ def run(job: dict) -> dict:
             "metrics": _difference(after, before)}
 
 
-def run_sweep(job: dict) -> dict:
-    """Every load of ``job["loads"]`` on one LLM instance (one speculative setting)."""
+def run_sweep(job: dict, shutdown: bool = False) -> dict:
+    """Every load of ``job["loads"]`` on one LLM instance (one speculative setting); shutdown: stop
+    the engine afterwards, so that the next setting's instance starts on a free machine."""
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
@@ -92,7 +112,23 @@ def run_sweep(job: dict) -> dict:
         served["load"] = load
         served["metrics"] = _difference(_spec_metrics(llm), before)
         per_load.append(served)
-    return {"startup_s": startup_s, "loads": per_load}
+    import torch
+
+    result = {"startup_s": startup_s, "loads": per_load, "torch_threads": torch.get_num_threads()}
+    if shutdown:
+        _shutdown(llm)
+    return result
+
+
+def _shutdown(llm) -> None:
+    """Stop an LLM instance's engine and free its memory (its KV cache is gigabytes)."""
+    import gc
+
+    core = getattr(llm.llm_engine, "engine_core", None)
+    if core is not None and hasattr(core, "shutdown"):
+        core.shutdown()
+    del llm
+    gc.collect()
 
 
 def _engine_input(llm, ids):

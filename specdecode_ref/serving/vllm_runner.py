@@ -137,8 +137,10 @@ def _check_model_dir(path, name: str) -> None:
                          f"(config.json and weights), e.g. models.cache_dir() / models.EMBEDDED")
 
 
-def _job_env(py: Path) -> dict:
+def _job_env(py: Path, in_process: bool = False) -> dict:
     env = dict(os.environ)
+    if in_process:  # engine core and worker inside the job's process (vllm_job.py, "in_process")
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     # Without a limit vLLM reserves most of the machine's memory for its KV cache and refuses to
     # start on a 24 GiB laptop; 2 GiB holds far more than the course's prompts need.
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
@@ -179,7 +181,7 @@ def _run_job(job: dict, timeout: float) -> dict:
         job_path.write_text(json.dumps(job))
         try:
             proc = subprocess.run([str(py), str(JOB_SCRIPT), str(job_path), str(result_path)], capture_output=True,
-                                  text=True, timeout=timeout, env=_job_env(py), cwd=tmp)
+                                  text=True, timeout=timeout, env=_job_env(py, bool(job.get("in_process"))), cwd=tmp)
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"the vLLM job in {py} did not finish in {timeout} s") from None
         if proc.returncode != 0 or not result_path.exists():
@@ -194,7 +196,7 @@ DTYPES = {"fp32": "float32", "bf16": "bfloat16", "float32": "float32", "bfloat16
 
 def run_vllm_sweep(model_dir, prompts, loads=(1, 4, 16), *, max_tokens: int, speculative_config: dict | None = None,
                    dtype: str = "float32", seed: int = 0, ignore_eos: bool = False, max_model_len: int = 2048,
-                   timeout: float = 900):
+                   timeout: float = 900, speculative_configs: list | None = None, in_process: bool = False):
     """vLLM under the loads of ``sweep.run_sweep``: for each load L, all prompts submitted at time 0
     and exactly L in flight, a finished request's place refilled at once. One LLM instance (one
     start-up) serves every load, with speculation as ``speculative_config`` says (None: off).
@@ -204,14 +206,27 @@ def run_vllm_sweep(model_dir, prompts, loads=(1, 4, 16), *, max_tokens: int, spe
     ``run_sweep`` that mean the same here (load, policy "off" / "on", k, throughput_tok_s,
     ttft_p50_s, ttft_p99_s, itl_p50_s, itl_p99_s, tpot_mean_s, acceptance_rate, tau,
     vllm_mean_acceptance_length, spec_decode_num_*), plus engine ("vLLM") and outputs (the
-    generated token ids per prompt, for token-for-token comparison). ``df.attrs["startup_s"]`` is
-    the start-up time, which no row includes.
+    generated token ids per prompt, for token-for-token comparison) and ``tpot_per_request_s`` (one
+    TPOT per prompt, in prompt order, NaN for a request with fewer than 2 tokens: the paired values
+    for comparing two settings prompt by prompt). ``df.attrs["startup_s"]`` is the start-up time,
+    which no row includes, and ``df.attrs["torch_threads"]`` the threads vLLM's worker computed with.
+
+    speculative_configs: several settings (None: off) in ONE job, one LLM instance after the other
+    in the same process: vLLM is imported once, and the rows of every setting come back together
+    (``speculative_config`` is then ignored). in_process: vLLM's engine core and worker run inside
+    the job's process instead of two processes of their own (``VLLM_ENABLE_V1_MULTIPROCESSING=0``,
+    the "uni" executor), which saves their imports at every start-up; the timed steps then also
+    leave out the messages between processes.
     """
     import pandas as pd
 
     from .sweep import check_loads
 
-    ids = _check_job(model_dir, prompts, max_tokens, max_model_len, speculative_config, "run_vllm_sweep")
+    configs = [speculative_config] if speculative_configs is None else list(speculative_configs)
+    if not configs:
+        raise ValueError("speculative_configs is empty: give at least one setting (None: speculation off)")
+    for config in configs:
+        ids = _check_job(model_dir, prompts, max_tokens, max_model_len, config, "run_vllm_sweep")
     loads = check_loads(loads)
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
@@ -219,11 +234,15 @@ def run_vllm_sweep(model_dir, prompts, loads=(1, 4, 16), *, max_tokens: int, spe
     if not ok:
         raise RuntimeError(why)
     job = {"model": str(model_dir), "prompts": ids, "loads": loads, "max_tokens": int(max_tokens),
-           "temperature": 0.0, "seed": int(seed), "dtype": DTYPES[dtype], "speculative_config": speculative_config,
-           "ignore_eos": bool(ignore_eos), "max_model_len": int(max_model_len)}
+           "temperature": 0.0, "seed": int(seed), "dtype": DTYPES[dtype], "speculative_config": configs[0],
+           "ignore_eos": bool(ignore_eos), "max_model_len": int(max_model_len), "in_process": bool(in_process)}
+    if speculative_configs is not None:
+        job["speculative_configs"] = configs
     result = _run_job(job, timeout)
-    df = pd.DataFrame(sweep_rows(result, speculative_config))
+    runs = result["runs"] if "runs" in result else [result]
+    df = pd.DataFrame([row for run, config in zip(runs, configs) for row in sweep_rows(run, config)])
     df.attrs["startup_s"] = result.get("startup_s")
+    df.attrs["torch_threads"] = runs[0].get("torch_threads")
     return df
 
 
@@ -238,9 +257,10 @@ def sweep_rows(result: dict, speculative_config: dict | None) -> list:
     k = int(speculative_config.get("num_speculative_tokens", 0)) if speculative_config else 0
     rows = []
     for served in result["loads"]:
-        ttft, itl, tpot = [], [], []
+        ttft, itl, tpot, tpot_per_request = [], [], [], []
         steps = emitted = 0  # verification steps and their tokens (the prefill's token excluded, as tau does)
         for chunks in served["chunks"]:
+            tpot_per_request.append(float("nan"))
             if not chunks:
                 continue
             times = [t for t, _ in chunks]
@@ -249,6 +269,7 @@ def sweep_rows(result: dict, speculative_config: dict | None) -> list:
             n = sum(c for _, c in chunks)
             if n > 1:
                 tpot.append((times[-1] - times[0]) / (n - 1))
+                tpot_per_request[-1] = tpot[-1]
             steps += len(chunks) - 1
             emitted += n - chunks[0][1]
         tokens = sum(len(t) for t in served["tokens"])
@@ -268,6 +289,7 @@ def sweep_rows(result: dict, speculative_config: dict | None) -> list:
         row.update({name.removeprefix("vllm:"): value for name, value in (
             (DRAFTS, acc["draft_steps"]), (DRAFT_TOKENS, acc["drafted"]), (ACCEPTED_TOKENS, acc["accepted"]),
             (ACCEPTED_PER_POS, acc["accepted_per_pos"]))})
+        row["tpot_per_request_s"] = tpot_per_request
         row["outputs"] = [list(t) for t in served["tokens"]]
         rows.append(row)
     return rows

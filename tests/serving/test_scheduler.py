@@ -89,19 +89,41 @@ def test_poisson_load_with_preemption_is_lossless(tiny_model, load, policy):
 
 
 def test_draft_slots_are_reserved_then_given_back(tiny_model):
-    """Drafts ride as lookahead: reserved before the forward, trimmed to the accepted length after."""
+    """Drafts are scheduled tokens, as vLLM schedules n-gram drafts: a decoding request's
+    num_new_tokens is 1 + its drafts (num_tokens_with_spec - num_computed_tokens), and
+    num_lookahead_tokens, vLLM's extra room for drafters that write KV ahead, stays 0."""
     prompts, budgets = _workload(6, seed=3)
     sched = _scheduler(tiny_model, AlwaysDrafts(4), AlwaysOn(4), num_blocks=64)
-    reserved = []
+    decode_new, lookahead = [], []
     real = sched.blocks.allocate_slots
 
     def spy(request, num_new_tokens, num_lookahead_tokens=0):
-        reserved.append(num_lookahead_tokens)
+        if request.num_computed_tokens > 0:  # a decoding request (a prefill starts from 0)
+            decode_new.append(num_new_tokens)
+        lookahead.append(num_lookahead_tokens)
         return real(request, num_new_tokens, num_lookahead_tokens)
 
     sched.blocks.allocate_slots = spy
     _run(sched, prompts, budgets, [0] * len(prompts))
-    assert max(reserved) == 4
+    assert max(decode_new) == 1 + 4 and set(lookahead) == {0}
+
+
+def test_per_request_tpot_in_submission_order(tiny_model):
+    """serving_metrics gives one TPOT per request, in the order they were added (the paired values
+    a notebook compares prompt by prompt); their mean is tpot_mean_s."""
+    prompts, budgets = _workload(5, seed=4)
+    sched = _scheduler(tiny_model, NgramProposer(k=4), AlwaysOn(4), num_blocks=64)
+    result = _run(sched, prompts, budgets, [0] * len(prompts))
+    m = serving_metrics(result)
+    per = m["tpot_per_request_s"]
+    assert len(per) == len(prompts)
+    for r, t in zip(result.requests, per):
+        if r.num_output_tokens > 1:
+            assert t == pytest.approx((r.emissions[-1][0] - r.first_token_time) / (r.num_output_tokens - 1))
+    finite = [t for t in per if t == t]
+    assert m["tpot_mean_s"] == pytest.approx(sum(finite) / len(finite))
+    reached, accepted = m["reached_per_pos"], m["spec_decode_num_accepted_tokens_per_pos"]
+    assert len(reached) == len(accepted) and all(a <= r for a, r in zip(accepted, reached))
 
 
 @pytest.mark.parametrize("wrapper", ["fixed", "heuristic", "goodput"])

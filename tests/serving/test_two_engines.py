@@ -87,6 +87,7 @@ def test_rows_from_step_times_use_the_course_definitions():
     assert row["ttft_p50_s"] == pytest.approx(2.5)         # TTFTs 1 and 4: waiting for a place counts
     assert row["itl_p50_s"] == pytest.approx(1.0)          # one gap per chunk: 1, 1, 1
     assert row["tpot_mean_s"] == pytest.approx((2 / 3 + 1 / 3) / 2)
+    assert row["tpot_per_request_s"] == pytest.approx([2 / 3, 1 / 3])  # per prompt, in prompt order
     assert row["tau"] == pytest.approx((3 + 3) / 3)        # tokens after the first, per verification step
     assert row["acceptance_rate"] == pytest.approx(0.25)
     assert row["vllm_mean_acceptance_length"] == pytest.approx(2.0)

@@ -43,3 +43,18 @@ def test_vllm_sweep_with_speculation_equals_plain_greedy(embedded):
         assert row.throughput_tok_s > 0 and row.ttft_p50_s > 0 and row.itl_p50_s > 0
         assert row.spec_decode_num_drafts > 0 and row.spec_decode_num_draft_tokens >= row.spec_decode_num_accepted_tokens
         assert row.tau >= 1.0
+
+
+@pytest.mark.vllm_extra
+def test_one_job_serves_both_settings_in_process(embedded):
+    """speculative_configs=[None, n-gram] with in_process=True: one job, vLLM imported once, the
+    rows of both settings; greedy fp32 outputs equal with and without speculation."""
+    need_vllm()
+    _, tok = embedded
+    prompts = [chat_ids(tok, p) for p in PROMPTS]
+    df = V.run_vllm_sweep(cache_dir() / EMBEDDED, prompts, loads=(1, 2), max_tokens=8, dtype="fp32",
+                          speculative_configs=[None, V.ngram_config(k=4)], in_process=True)
+    assert list(zip(df.policy, df.load)) == [("off", 1), ("off", 2), ("on", 1), ("on", 2)]
+    off, on = df[df.policy == "off"].outputs.iloc[0], df[df.policy == "on"].outputs.iloc[0]
+    assert compare_outputs(off, on)["identical"] == len(prompts)
+    assert all(len(t) == len(prompts) for t in df.tpot_per_request_s)
