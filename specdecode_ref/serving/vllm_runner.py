@@ -49,16 +49,22 @@ def vllm_python() -> Path:
     return Path(env) if env else DEFAULT_VENV / "bin" / "python"
 
 
-def vllm_available() -> tuple[bool, str]:
+def vllm_available(quick: bool = False) -> tuple[bool, str]:
     """(True, version) when vLLM imports in its environment, else (False, what to do). A success is
-    remembered per interpreter path (importing vLLM takes seconds)."""
+    remembered per interpreter path (importing vLLM takes seconds; on a 2-core laptop half a minute).
+
+    quick: only ask the environment's package metadata for vLLM's version instead of importing it
+    (a fraction of a second); a broken install then shows up when a job starts, with the job's own
+    error. Notebooks use it (:func:`vllm_for_notebooks`)."""
     py = vllm_python()
     if not py.exists():
         return False, f"no vLLM environment at {py.parent.parent}: {SETUP_HINT}"
     if str(py) in _IMPORTS_OK:
         return True, _IMPORTS_OK[str(py)]
+    code = ("import importlib.metadata as m; print(m.version('vllm'))" if quick
+            else "import vllm; print(vllm.__version__)")
     try:
-        out = subprocess.run([str(py), "-c", "import vllm; print(vllm.__version__)"], capture_output=True,
+        out = subprocess.run([str(py), "-c", code], capture_output=True,
                              text=True, timeout=300, env=_job_env(py))
     except subprocess.TimeoutExpired:
         return False, f"`import vllm` in {py} did not finish in 300 s"
@@ -92,7 +98,7 @@ def vllm_for_notebooks() -> tuple[bool, str]:
     if small_run():
         return False, (f"{SWITCH}=1: a small run leaves the vLLM runs out (make test runs its vLLM "
                        "cross-checks before the notebooks)")
-    return vllm_available()
+    return vllm_available(quick=True)
 
 
 def ngram_config(k: int = 5, min_n: int = 1, max_n: int = 4) -> dict:

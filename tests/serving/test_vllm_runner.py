@@ -52,3 +52,17 @@ def test_required_vllm_fails_instead_of_skipping(monkeypatch, tmp_path):
     monkeypatch.setenv(V.REQUIRE_ENV, "0")
     with pytest.raises(pytest.skip.Exception, match="vLLM is not available"):
         need_vllm()
+
+
+def test_quick_check_reads_the_version_without_importing(monkeypatch, tmp_path):
+    """quick=True asks the package metadata (no `import vllm`), and a success is remembered."""
+    import sys
+
+    py = tmp_path / "python"
+    py.write_text(f"#!/bin/sh\ncase \"$2\" in *importlib.metadata*) echo 9.9.9;; *) exit 1;; esac\n")
+    py.chmod(0o755)
+    monkeypatch.setenv(V.VLLM_PYTHON_ENV, str(py))
+    monkeypatch.setattr(V, "_IMPORTS_OK", {})
+    assert V.vllm_available() == (False, V.vllm_available()[1])        # a full check imports vllm: fails here
+    assert V.vllm_available(quick=True) == (True, "9.9.9")
+    assert V.vllm_available() == (True, "9.9.9")                       # remembered for this interpreter
