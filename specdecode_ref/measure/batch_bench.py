@@ -20,7 +20,8 @@ tokens per row, a plain step costs T(B, 1) and buys one, so
 with n_step the step's width (the longest draft in the batch + 1: padding makes every row pay
 for the longest). vLLM keeps a table of K per batch size for the same reason
 (``vllm/v1/spec_decode/``; its scheduler budgets ``num_lookahead_tokens`` per request,
-``vllm/v1/core/sched/scheduler.py``). Method as in bench.py: warm-up, medians of interleaved
+``vllm/v1/core/sched/scheduler.py``). Where a step's time goes: :func:`profile_generate_batch` times its parts (drafting, mask, target
+forward, verification, rollback, ...) from outside the engine. Method as in bench.py: warm-up, medians of interleaved
 repeats, ratios over absolute numbers, and a warning when the machine is busy. No figure here is
 a pass/fail threshold.
 """
@@ -425,7 +426,8 @@ def measure_speculation(model, pool: list, proposer: str = "ngram", batch_sizes=
 
     One row per (B, repeat): plain and speculative tokens/s on the same prompts (interleaved),
     speedup, and from the speculative run: tau (emitted tokens per row-step, mean over rows),
-    acceptance rate, mean step width, draft seconds per step, and, when ``surface`` (from
+    acceptance rate (accepted / drafted, vLLM's counter), alpha (accepted / tested, the i.i.d.
+    estimate that the formulas take), mean step width, draft seconds per step, and, when ``surface`` (from
     :func:`measure_cost_surface`, same dtype) is given, predicted = tau T(B,1) / (T(B, width) + draft_s).
     """
     import pandas as pd
@@ -451,6 +453,7 @@ def measure_speculation(model, pool: list, proposer: str = "ngram", batch_sizes=
                    "speedup": (n_spec / t_spec) / (n_plain / t_plain),
                    "tau": emitted / steps if steps else 1.0,
                    "acceptance_rate": sum(x.stats.accepted for x in spec) / drafted if drafted else 0.0,
+                   "alpha": _alpha_of(spec),
                    "mean_width": float(np.mean(widths)), "draft_s_per_step": draft_s,
                    "same_as_plain": [x.tokens.tolist() for x in spec] == [x.tokens.tolist() for x in plain]}
             if surface is not None:
@@ -458,6 +461,16 @@ def measure_speculation(model, pool: list, proposer: str = "ngram", batch_sizes=
                 row["predicted"] = row["tau"] * t1 / (surface_time(surface, b, row["mean_width"]) + draft_s)
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _alpha_of(results) -> float:
+    """The i.i.d. acceptance rate of a run: accepted / positions tested (analysis.estimate_alpha), not
+    accepted / drafted, which counts the never-tested drafts after a rejection as failures."""
+    from ..analysis import estimate_alpha
+
+    acc = [a for r in results for a in r.stats.accepted_lengths]
+    dra = [d for r in results for d in r.stats.draft_lengths]
+    return estimate_alpha(acc, dra) if sum(dra) else 0.0
 
 
 def crossover(df, column: str = "speedup") -> float | None:
@@ -597,7 +610,7 @@ def main(argv=None) -> int:
             print(f"speculation ({name}) vs plain, median per B:\n", df.groupby("B")[cols].median().round(3))
             print(f"crossover measured: {crossover(df)}; predicted: "
                   f"{crossover(df, 'predicted') if 'predicted' in df else 'needs the surface'}\n")
-            alphas[name] = float(df.acceptance_rate.median())
+            alphas[name] = float(df.alpha.median())  # accepted / tested: the alpha of the i.i.d. formula
             draft_cost[name] = {int(b): float(g.draft_s_per_step.median()) / int(g.k.iloc[0])
                                 for b, g in df.groupby("B")}
     if args.what in ("batch-k", "all"):

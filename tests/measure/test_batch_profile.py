@@ -50,3 +50,10 @@ def test_run_policies_reuses_equal_k_and_predictions_add_up(tiny_model):
     k0 = batch_bench.choose_k_per_batch(flat, 0.6).k.iloc[0]
     k1 = batch_bench.choose_k_per_batch(flat, 0.6, plain_overhead_s=2.0, spec_overhead_s=2.0).k.iloc[0]
     assert k1 >= k0
+
+
+def test_measure_speculation_reports_the_iid_alpha(tiny_model):
+    df = batch_bench.measure_speculation(tiny_model, _prompts(), "ngram", batch_sizes=(2,), k=3, max_new_tokens=8,
+                                         repeats=1)
+    # accepted / tested >= accepted / drafted: positions after a rejection were never tested
+    assert (df.alpha >= df.acceptance_rate - 1e-12).all() and df.alpha.between(0, 1).all()
