@@ -1,11 +1,13 @@
 """The training loop every drafter shares, its held-out evaluation, and its record.
 
-AdamW with a linear warm-up then a cosine decay, gradient clipping at 1, bf16 autocast with fp32
-master weights; batches cycle over the corpus in a seeded order. A family supplies only its
+AdamW with a linear warm-up then a cosine decay, gradient clipping at 1, bf16 autocast (where the
+hardware computes bf16 natively) with fp32 master weights; batches cycle over the corpus in a seeded
+order. A family supplies only its
 ``loss_fn(batch_indices) -> (loss, top-1 agreement)``.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -14,6 +16,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from ..models import cpu_supports_bf16
 from . import distill
 from .distill import Corpus
 
@@ -46,9 +49,14 @@ def _batches(corpus: Corpus, batch_tokens: int, steps: int, seed: int):
 
 
 def autocast(device):
-    """bf16 autocast on ``device``: training keeps fp32 master weights."""
-    dtype = torch.bfloat16
-    return torch.autocast(device_type=torch.device(device).type, dtype=dtype)
+    """bf16 autocast on ``device``: training keeps fp32 master weights.
+
+    On a CPU without native bf16 (no AVX512-BF16 or AMX) bf16 matmuls are emulated and many times
+    slower than fp32, so there the context is a no-op and the step runs in fp32."""
+    device = torch.device(device)
+    if device.type == "cpu" and not cpu_supports_bf16():
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 
 def fit(params, loss_fn, corpus: Corpus, *, steps: int, lr: float, batch_tokens: int = 2048,
