@@ -22,7 +22,7 @@ def load_learning_curves(path=LEARNING_CURVES) -> dict:
 
 def plot_learning_curves(path=LEARNING_CURVES, ax=None):
     """Held-out agreement of the draft model and the EAGLE head against answer tokens trained on
-    (log scale), with the first corpus' size marked. Returns the axes."""
+    (log scale). Returns the axes."""
     import matplotlib.pyplot as plt
 
     data = load_learning_curves(path)
@@ -34,11 +34,6 @@ def plot_learning_curves(path=LEARNING_CURVES, ax=None):
                                     ("eagle", "agreement_2", "EAGLE head, 2nd token (own features)", "s--")):
         if key in data.get(name, {}):
             ax.plot([f * total / 1e6 for f in data[name]["fraction"]], data[name][key], style, label=label)
-    first = data.get("first_corpus_answer_tokens_estimate")
-    if first:
-        ax.axvline(first / 1e6, color="grey", ls=":", lw=1)
-        ax.annotate("first corpus", (first / 1e6, 0.98), xycoords=("data", "axes fraction"), color="grey",
-                    fontsize=8, va="top")
     ax.set_xscale("log")
     ax.set_xlabel("answer tokens trained on (millions, log scale)")
     ax.set_ylabel("held-out top-1 agreement")
