@@ -104,14 +104,23 @@ def load_training_prompts(categories=None, per_category: int | None = None) -> d
     return _select(_raw_train()["categories"], categories, per_category)
 
 
-def training_conversations(categories=None, per_category: int | None = None) -> list:
+def training_conversations(categories=None, per_category: int | None = None, max_chars: int | None = None) -> list:
     """The training chats as a flat list of message lists, interleaving categories round-robin.
 
     Order: the 1st prompt of every category (in ``CATEGORIES`` order), then the 2nd of every
     category, and so on, skipping categories that have run out; so any prefix of the list is
     balanced across categories. Fixed order, no shuffling.
+
+    max_chars: keep only chats whose messages add up to at most this many characters. A live
+    training demo on a CPU wants short prompts: the teacher's prefill, not the answer, would
+    otherwise take most of its time.
     """
+    if max_chars is not None and (not isinstance(max_chars, int) or max_chars < 1):
+        raise ValueError(f"max_chars must be a positive int or None, got {max_chars!r}")
     data = load_training_prompts(categories, per_category)
+    if max_chars is not None:
+        data = {cat: [it for it in items if sum(len(m["content"]) for m in it["messages"]) <= max_chars]
+                for cat, items in data.items()}
     lists = list(data.values())
     out = []
     for i in range(max((len(v) for v in lists), default=0)):

@@ -144,3 +144,12 @@ def test_generator_reproduces_file():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.render(mod.build()) == TRAIN_PROMPTS_PATH.read_text(encoding="utf-8")
+
+
+def test_training_conversations_max_chars_keeps_short_chats_balanced(train):
+    short = training_conversations(max_chars=200)
+    assert short and all(sum(len(m["content"]) for m in conv) <= 200 for conv in short)
+    full = training_conversations()
+    assert len(short) < len(full) and all(conv in full for conv in short[:20])
+    with pytest.raises(ValueError, match="max_chars"):
+        training_conversations(max_chars=0)
