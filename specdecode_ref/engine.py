@@ -346,6 +346,7 @@ def _check_sampling_and_proposer(model, sampling, proposer) -> SamplingParams:
     sampling = GREEDY if sampling is None else sampling
     if not isinstance(sampling, SamplingParams):
         raise TypeError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
+    sampling.check()  # again: fields changed after construction would otherwise fail deep inside torch
     if proposer is not None and not isinstance(proposer, Proposer):
         raise TypeError(f"proposer must be a specdecode_ref.proposers.Proposer, got {type(proposer).__name__}")
     if proposer is not None:

@@ -7,6 +7,7 @@ changes the output distribution; notebook 01 shows it failing a statistical test
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -21,15 +22,26 @@ class SamplingParams:
     top_p: float = 1.0
 
     def __post_init__(self):
+        self.check()
+        # Other number types (np.float32(0.7), np.int64(50)) are welcome, stored as Python float / int.
+        for name, kind in (("temperature", float), ("top_k", int), ("top_p", float)):
+            object.__setattr__(self, name, kind(getattr(self, name)))
+
+    def check(self) -> "SamplingParams":
+        """A ValueError naming the argument and its value unless the settings make sense; returns
+        self. ``generate``, ``generate_batch`` and the scheduler call it again, so settings changed
+        after construction (``object.__setattr__`` on the frozen fields, an unpickled object whose
+        state was edited) are refused there too instead of failing deep inside torch."""
+        t, k, p = self.temperature, self.top_k, self.top_p
         # NaN slips through a plain "< 0" test (every comparison with NaN is False) and would only
         # surface later as a torch error far from its cause; infinity would silently mean uniform.
-        if (isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float))
-                or not math.isfinite(self.temperature) or self.temperature < 0):
-            raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {self.temperature!r}")
-        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
-            raise ValueError(f"top_k must be an int >= 0 (0 = no top-k filter), got {self.top_k!r}")
-        if not isinstance(self.top_p, (int, float)) or not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1] (1 = no nucleus filter), got {self.top_p!r}")
+        if isinstance(t, bool) or not isinstance(t, numbers.Real) or not math.isfinite(t) or t < 0:
+            raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {t!r}")
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 0:
+            raise ValueError(f"top_k must be an int >= 0 (0 = no top-k filter), got {k!r}")
+        if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0.0 < p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1] (1 = no nucleus filter), got {p!r}")
+        return self
 
     @property
     def is_greedy(self) -> bool:
