@@ -41,7 +41,8 @@ import torch
 
 from . import kv
 from .engine import (ACCEPTED, BONUS, RECOVERED, TARGET, GenerationResult, _check_draft,
-                     _check_sampling_and_proposer, _Request, _sync, _validate, context_window, eos_token_ids)
+                     _check_sampling_and_proposer, _Request, _sync, _validate, check_seed, context_window,
+                     eos_token_ids)
 from .masks import ragged_attention_mask
 from .proposers.base import DecodeState, Draft, Proposer, StepOutcome
 from .sampling import SamplingParams, logits_to_probs, next_token
@@ -180,13 +181,12 @@ class RaggedCache:
 
 
 def _as_seeds(seed, n: int) -> list:
-    if seed is None:
-        seed = 0
     if isinstance(seed, (list, tuple)):
         if len(seed) != n:
             raise ValueError(f"got {len(seed)} seeds for {n} prompts: pass one int (row i gets seed + i) or one per prompt")
-        return [int(s) for s in seed]
-    return [int(seed) + i for i in range(n)]
+        return [check_seed(s, f"seed[{i}]") for i, s in enumerate(seed)]
+    seed = check_seed(seed)
+    return [seed + i for i in range(n)]
 
 
 def prompt_list(prompts, who: str = "generate_batch") -> list:

@@ -20,6 +20,7 @@ Counterparts: transformers ``generation/utils.py`` (``_assisted_decoding``), vLL
 """
 from __future__ import annotations
 
+import operator
 import time
 from dataclasses import dataclass, field
 
@@ -69,6 +70,25 @@ def check_positive_int(value, name: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{name} must be an int >= 1, got {value!r}")
     return value
+
+
+def as_int(value) -> int | None:
+    """``value`` as an int if it is one (numpy ints too), else None: a bool, a float (even 2.0) or a
+    string is not, so that nothing is silently rounded or parsed."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def check_seed(value, name: str = "seed") -> int:
+    """``value`` as an int seed (None means 0); anything else a ValueError naming ``name``."""
+    seed = 0 if value is None else as_int(value)
+    if seed is None:
+        raise ValueError(f"{name} must be an int, got {value!r}")
+    return seed
 
 
 def as_prompt(input_ids) -> torch.Tensor:
@@ -387,11 +407,12 @@ def generate(model, input_ids, proposer: Proposer | None = None, max_new_tokens:
     applies to chain drafts (verified as a one-branch tree).
     """
     sampling, prompt = _check_arguments(model, input_ids, proposer, max_new_tokens, sampling, tree_acceptance)
+    seed = check_seed(seed)
     device = next(model.parameters()).device
     generator = None
     if not sampling.is_greedy:  # one generator per request, never reseeded per draw
         generator = torch.Generator(device=device)
-        generator.manual_seed(0 if seed is None else int(seed))
+        generator.manual_seed(seed)
     target = _Target(model, want_hidden=proposer is not None and proposer.needs_hidden_states)
     state = DecodeState(target=model, sampling=sampling, generator=generator, prompt_len=prompt.numel(),
                         token_list=prompt.tolist())

@@ -38,6 +38,9 @@ CASES = {
                                 ValueError, "prompt 1: prompt of 250 tokens .* context window of 256"),
     "sampling not SamplingParams": (dict(sampling={"temperature": 1.0}), TypeError, "sampling must be a SamplingParams"),
     "seeds of the wrong length": (dict(seed=[1, 2, 3]), ValueError, "got 3 seeds for 2 prompts"),
+    "seed a float": (dict(seed=1.5), ValueError, "seed must be an int, got 1.5"),
+    "seed a string": (dict(seed="7"), ValueError, "seed must be an int, got '7'"),
+    "one seed a float": (dict(seed=[1, 2.0]), ValueError, r"seed\[1\] must be an int, got 2.0"),
     "compact_fraction NaN": (dict(compact_fraction=float("nan")), ValueError, "compact_fraction must be a number in"),
     "compact_fraction negative": (dict(compact_fraction=-0.5), ValueError, "compact_fraction must be a number in"),
     "proposer not a Proposer": (dict(proposer="ngram"), TypeError, "proposer must be a specdecode_ref.proposers"),
@@ -78,3 +81,14 @@ def test_valid_mixed_rows_still_run(tiny_model):
     rows = [OK.int(), OK.unsqueeze(0), [1, 2, 3]]
     out = generate_batch(tiny_model, rows, proposer=NgramProposer(k=2), max_new_tokens=3)
     assert [r.tokens.tolist() for r in out] == [out[0].tokens.tolist()] * 3
+
+
+def test_numpy_int_seeds_are_seeds(tiny_model):
+    import numpy as np
+
+    from specdecode_ref.sampling import SamplingParams
+
+    t1 = SamplingParams(temperature=1.0)
+    a = generate_batch(tiny_model, [OK, OK], max_new_tokens=3, sampling=t1, seed=np.int64(5))
+    b = generate_batch(tiny_model, [OK, OK], max_new_tokens=3, sampling=t1, seed=[5, np.int32(6)])
+    assert [r.tokens.tolist() for r in a] == [r.tokens.tolist() for r in b]

@@ -52,7 +52,7 @@ from .. import kv
 from ..batch import (COMPACT_FRACTION, RaggedCache, _clip, _verify_rows, check_compact_fraction, for_row,
                      prompt_list)
 from ..engine import (ACCEPTED, BONUS, RECOVERED, TARGET, _check_draft, _check_sampling_and_proposer, _Request,
-                      _validate, check_positive_int, context_window, eos_token_ids)
+                      _validate, as_int, check_positive_int, check_seed, context_window, eos_token_ids)
 from ..proposers.base import DecodeState, Draft, Proposer, StepOutcome
 from ..proposers.batch import fork
 from ..sampling import SamplingParams, next_token
@@ -215,7 +215,7 @@ class Scheduler:
         self.proposer, self.policy = proposer, policy
         self.blocks = BlockManager(num_blocks, block_size)
         self.max_num_batched_tokens, self.max_num_seqs = max_num_batched_tokens, max_num_seqs
-        self.seed = int(seed)
+        self.seed = check_seed(seed)
         self.eos = set(eos_token_ids(model, eos_token_id)) if stop_on_eos else set()
         self.window = context_window(model)
         self.device = next(model.parameters()).device
@@ -238,19 +238,18 @@ class Scheduler:
     def add_request(self, prompt, max_new_tokens: int, arrival_step: int = 0) -> ServingRequest:
         """Submit a request (a 1-D LongTensor of prompt ids) arriving at ``arrival_step``."""
         prompt = for_row(len(self.requests), _validate, self.model, prompt, max_new_tokens, what="request")
-        if not isinstance(arrival_step, int) or arrival_step < 0:
-            raise ValueError(f"arrival_step must be an int >= 0, got {arrival_step!r}")
+        arrival_step = for_row(len(self.requests), _check_arrival_step, arrival_step, what="request")
+        i = len(self.requests)
         longest = prompt.numel() + max_new_tokens  # a resumed request re-prefills prompt + output
         if longest > self.max_num_batched_tokens:
-            raise ValueError(f"prompt of {prompt.numel()} tokens + max_new_tokens={max_new_tokens} exceeds the "
+            raise ValueError(f"request {i}: prompt of {prompt.numel()} tokens + max_new_tokens={max_new_tokens} exceeds the "
                              f"token budget max_num_batched_tokens={self.max_num_batched_tokens} (prefills are "
                              f"not chunked): raise the budget or shorten the request")
         k = 0 if self.proposer is None else self.proposer.k
         if self.blocks.blocks_needed(longest + k) > self.blocks.num_blocks:
-            raise ValueError(f"a request of {prompt.numel()} + {max_new_tokens} tokens (+{k} drafts) needs "
+            raise ValueError(f"request {i}: a request of {prompt.numel()} + {max_new_tokens} tokens (+{k} drafts) needs "
                              f"{self.blocks.blocks_needed(longest + k)} blocks of {self.blocks.block_size}; the pool "
                              f"has {self.blocks.num_blocks}, so it could never finish")
-        i = len(self.requests)
         generator = None
         if not self.sampling.is_greedy:
             generator = torch.Generator(device=self.device)
@@ -529,6 +528,14 @@ class Scheduler:
         return ServingResult(list(self.requests), list(self.log), self._now() - start, self.blocks, self.policy)
 
 
+def _check_arrival_step(value) -> int:
+    """A step number: an int >= 0 (numpy ints welcome); a float is refused, not rounded down."""
+    step = as_int(value)
+    if step is None or step < 0:
+        raise ValueError(f"arrival_step must be an int >= 0, got {value!r}")
+    return step
+
+
 def serve(model, prompts, proposer: Proposer | None = None, policy: SpeculationPolicy | None = None,
           max_new_tokens=128, arrival_steps=None, **config) -> ServingResult:
     """Run a list of prompts (1-D LongTensors) through a :class:`Scheduler`; arrival_steps: one per
@@ -541,5 +548,5 @@ def serve(model, prompts, proposer: Proposer | None = None, policy: SpeculationP
         raise ValueError(f"{len(prompts)} prompts but {len(budgets)} max_new_tokens and {len(arrivals)} arrival steps")
     sched = Scheduler(model, proposer, policy, **config)
     for p, m, a in zip(prompts, budgets, arrivals):
-        sched.add_request(p, m, int(a))
+        sched.add_request(p, m, a)  # add_request checks the step (a float is refused, not rounded)
     return sched.run()

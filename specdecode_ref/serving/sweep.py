@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import torch
 
@@ -48,16 +49,16 @@ def _proposer(proposer, k: int):
     return fork(proposer)
 
 
-def run_once(model, prompts, policy: str, load: int, proposer=None, k: int = 4, max_new_tokens: int = 64,
-             arrival_rate: float | None = None, num_blocks: int = 512, block_size: int = 16,
-             max_num_batched_tokens: int | None = None, cost=None, seed: int = 0, check: bool = False,
-             **scheduler_kwargs) -> dict:
-    """Serve ``prompts`` (1-D LongTensors) at concurrency ``load`` under ``policy`` ("off", "on",
-    "adaptive"); returns the metrics row (serving_metrics) with load, policy and k added.
-
-    proposer: drafts for every request (a copy per request; default n-gram with this k).
-    cost: T(B, n) for the adaptive policy (policies.roofline_cost / surface_cost; default roofline).
-    """
+def build_scheduler(model, prompts, policy: str, load: int, proposer=None, k: int = 4, max_new_tokens: int = 64,
+                    arrival_rate: float | None = None, num_blocks: int = 512, block_size: int = 16,
+                    max_num_batched_tokens: int | None = None, cost=None, seed: int = 0, check: bool = False,
+                    **scheduler_kwargs) -> Scheduler:
+    """The scheduler of one (load, policy) run with every prompt submitted, not yet run: what
+    :func:`run_once` serves, and what :func:`run_sweep` builds for every policy before any work, so
+    a setting that could never serve a prompt (a block pool too small for it) fails at once."""
+    if arrival_rate is not None and (isinstance(arrival_rate, bool) or not isinstance(arrival_rate, (int, float))
+                                     or not arrival_rate > 0):  # NaN fails too
+        raise ValueError(f"arrival_rate must be a number > 0 (requests per step) or None, got {arrival_rate!r}")
     prop = _proposer(proposer, k)
     kwargs = {"cost": cost} if (policy == "adaptive" and cost is not None) else {}
     pol = make_policy(policy, k, **kwargs)
@@ -69,11 +70,44 @@ def run_once(model, prompts, policy: str, load: int, proposer=None, k: int = 4, 
     arrivals = [0] * len(prompts) if arrival_rate is None else poisson_arrivals(len(prompts), arrival_rate, seed)
     for p, a in zip(prompts, arrivals):
         sched.add_request(p, max_new_tokens, a)
-    result = sched.run()
+    return sched
+
+
+def run_once(model, prompts, policy: str, load: int, proposer=None, k: int = 4, max_new_tokens: int = 64,
+             **run_kwargs) -> dict:
+    """Serve ``prompts`` (1-D LongTensors) at concurrency ``load`` under ``policy`` ("off", "on",
+    "adaptive"); returns the metrics row (serving_metrics) with load, policy and k added.
+
+    proposer: drafts for every request (a copy per request; default n-gram with this k).
+    run_kwargs: :func:`build_scheduler`'s: arrival_rate (Poisson arrivals per step; None: all at
+    step 0), num_blocks, block_size, max_num_batched_tokens, cost (T(B, n) for the adaptive policy,
+    policies.roofline_cost / surface_cost; default roofline), seed, check, Scheduler's keywords.
+    """
+    result = build_scheduler(model, prompts, policy, load, proposer, k, max_new_tokens, **run_kwargs).run()
     row = {"load": int(load), "policy": policy, "k": k}
     row.update(result.metrics())
     row["outputs"] = result.outputs()
     return row
+
+
+def check_sweep(model, prompts, loads=(1, 4, 16), policies=POLICIES, k: int = 4, max_new_tokens: int = 64,
+                repeats: int = 1, proposer=None, **run_kwargs) -> tuple:
+    """Every argument of :func:`run_sweep` checked before any work, the offending one (or prompt)
+    named: the loads, k, repeats, every policy name, every prompt, and the scheduler of every policy
+    with every prompt submitted (its settings, and a block pool that can hold each request).
+    Returns (loads, policies, prompts as 1-D LongTensors)."""
+    loads = check_loads(loads)
+    check_positive_int(k, "k")
+    check_positive_int(repeats, "repeats")
+    policies = list(policies)
+    if not policies:
+        raise ValueError(f"policies is empty: pick some of {POLICIES}")
+    for p in policies:
+        make_policy(p, k)
+    prompts, _ = validate_prompts(model, prompts, max_new_tokens, who="run_sweep")
+    for p in policies:
+        build_scheduler(model, prompts, p, max(loads), proposer, k, max_new_tokens, **run_kwargs)
+    return loads, policies, prompts
 
 
 def run_sweep(model, prompts, loads=(1, 4, 16), policies=POLICIES, k: int = 4, max_new_tokens: int = 64,
@@ -87,16 +121,8 @@ def run_sweep(model, prompts, loads=(1, 4, 16), policies=POLICIES, k: int = 4, m
     ``outputs`` column, the generated token ids per prompt, to compare with another engine's)."""
     import pandas as pd
 
-    # Clear errors before any work: the loads, k, repeats, every policy name and every prompt.
-    loads = check_loads(loads)
-    check_positive_int(k, "k")
-    check_positive_int(repeats, "repeats")
-    policies = list(policies)
-    if not policies:
-        raise ValueError(f"policies is empty: pick some of {POLICIES}")
-    for p in policies:
-        make_policy(p, k)
-    prompts, _ = validate_prompts(model, prompts, max_new_tokens, who="run_sweep")
+    loads, policies, prompts = check_sweep(model, prompts, loads, policies, k, max_new_tokens, repeats, proposer,
+                                           **run_kwargs)  # clear errors before any work
     if warmup:  # one-time costs (allocator, kernels) stay out of the first timed run
         run_once(model, prompts[:1], "on" if "on" in policies else policies[0], 1, proposer, k, min(max_new_tokens, 8),
                  **run_kwargs)
@@ -199,7 +225,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.out and not Path(args.out).resolve().parent.is_dir():  # found now, not after the whole sweep
+        parser.error(f"argument --out: the directory of {args.out!r} does not exist")
     import pandas as pd
 
     from ..measure.batch_bench import measure_cost_surface, prompt_pool
@@ -212,6 +241,14 @@ def main(argv=None) -> int:
     pool = prompt_pool(tok, args.pool)
     prompts = [pool[i % len(pool)] for i in range(args.requests)]
     loads = args.loads
+    # The settings together (the block pool against the longest prompt, the context window) are
+    # checked before the cost surface is measured, and reported as a usage error.
+    try:
+        check_sweep(model, prompts, loads, args.policies, args.k, args.max_new_tokens, args.repeats,
+                    arrival_rate=args.arrival_rate, num_blocks=args.num_blocks, block_size=args.block_size)
+    except (ValueError, TypeError) as err:
+        parser.error(f"{err} (with --num-blocks {args.num_blocks} --block-size {args.block_size} "
+                     f"--max-new-tokens {args.max_new_tokens} --k {args.k})")
     if args.cost == "surface":
         ns = sorted({1, 2, 3, args.k + 1})
         cost = surface_cost(measure_cost_surface(model, batch_sizes=sorted(set(loads)), ns=ns, context_len=64,

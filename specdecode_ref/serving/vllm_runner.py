@@ -171,11 +171,12 @@ def run_vllm(model_dir, prompts, *, max_tokens: int, temperature: float = 0.0, t
     """
     ids = _check_job(model_dir, prompts, max_tokens, max_model_len, speculative_config, "run_vllm")
     SamplingParams(temperature=temperature, top_p=top_p)  # the course's checks of the sampling settings
+    dtype, seed = _check_dtype(dtype), _check_seed(seed)
     ok, why = vllm_available()
     if not ok:
         raise RuntimeError(why)
     job = {"model": str(model_dir), "prompts": ids, "max_tokens": int(max_tokens),
-           "temperature": float(temperature), "top_p": float(top_p), "seed": int(seed), "dtype": dtype,
+           "temperature": float(temperature), "top_p": float(top_p), "seed": seed, "dtype": dtype,
            "speculative_config": speculative_config, "one_at_a_time": bool(one_at_a_time),
            "ignore_eos": bool(ignore_eos), "max_model_len": int(max_model_len)}
     return _run_job(job, timeout)
@@ -200,6 +201,20 @@ def _run_job(job: dict, timeout: float) -> dict:
 
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "float32": "float32", "bfloat16": "bfloat16"}
+
+
+def _check_seed(seed) -> int:
+    from ..engine import check_seed
+
+    return check_seed(seed)
+
+
+def _check_dtype(dtype) -> str:
+    """vLLM's name for ``dtype`` ("fp32" or "float32", "bf16" or "bfloat16"); anything else is
+    refused here, not by vLLM after its start-up."""
+    if not isinstance(dtype, str) or dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    return DTYPES[dtype]
 
 
 def run_vllm_sweep(model_dir, prompts, loads=(1, 4, 16), *, max_tokens: int, speculative_config: dict | None = None,
@@ -236,13 +251,12 @@ def run_vllm_sweep(model_dir, prompts, loads=(1, 4, 16), *, max_tokens: int, spe
     for config in configs:
         ids = _check_job(model_dir, prompts, max_tokens, max_model_len, config, "run_vllm_sweep")
     loads = check_loads(loads)
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    dtype, seed = _check_dtype(dtype), _check_seed(seed)
     ok, why = vllm_available()
     if not ok:
         raise RuntimeError(why)
     job = {"model": str(model_dir), "prompts": ids, "loads": loads, "max_tokens": int(max_tokens),
-           "temperature": 0.0, "seed": int(seed), "dtype": DTYPES[dtype], "speculative_config": configs[0],
+           "temperature": 0.0, "seed": seed, "dtype": dtype, "speculative_config": configs[0],
            "ignore_eos": bool(ignore_eos), "max_model_len": int(max_model_len), "in_process": bool(in_process)}
     if speculative_configs is not None:
         job["speculative_configs"] = configs

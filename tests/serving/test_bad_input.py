@@ -32,6 +32,7 @@ SCHEDULER_CASES = {
     "drafting policy without proposer": (dict(policy=AlwaysOn(2)), ValueError, "no proposer was given"),
     "sampling not SamplingParams": (dict(sampling={"temperature": 1}), TypeError, "sampling must be a SamplingParams"),
     "proposer not a Proposer": (dict(proposer="ngram"), TypeError, "proposer must be a specdecode_ref.proposers"),
+    "seed a float": (dict(seed=1.5), ValueError, "seed must be an int, got 1.5"),
 }
 
 
@@ -59,10 +60,12 @@ ADD_CASES = {
     "over the context window": (dict(prompt=torch.zeros(250, dtype=torch.long), max_new_tokens=10), ValueError,
                                 "request 1: prompt of 250 tokens .* context window of 256"),
     "over the token budget": (dict(prompt=torch.zeros(60, dtype=torch.long), max_new_tokens=10), ValueError,
-                              "max_num_batched_tokens=64"),
+                              "request 1: prompt of 60 tokens .*max_num_batched_tokens=64"),
     "more blocks than the pool": (dict(prompt=torch.zeros(30, dtype=torch.long), max_new_tokens=10), ValueError,
-                                  "needs 11 blocks of 4; the pool has 8, so it could never finish"),
-    "arrival_step negative": (dict(arrival_step=-1), ValueError, "arrival_step must be an int >= 0"),
+                                  "request 1: .* needs 11 blocks of 4; the pool has 8, so it could never finish"),
+    "arrival_step negative": (dict(arrival_step=-1), ValueError, "request 1: arrival_step must be an int >= 0"),
+    "arrival_step a float": (dict(arrival_step=1.5), ValueError, "request 1: arrival_step must be an int >= 0, got 1.5"),
+    "arrival_step a bool": (dict(arrival_step=True), ValueError, "arrival_step must be an int >= 0, got True"),
 }
 
 
@@ -82,10 +85,19 @@ def test_add_request_refuses_what_could_never_run(tiny_model, case):
     ([OK, torch.tensor([], dtype=torch.long)], {}, "request 1: the prompt is empty"),
     ([OK, OK], {"max_new_tokens": [2]}, "2 prompts but 1 max_new_tokens"),
     ([OK, OK], {"max_new_tokens": [2, -1]}, "request 1: max_new_tokens must be an int >= 1, got -1"),
+    ([OK, OK], {"arrival_steps": [0, 1.5]}, "request 1: arrival_step must be an int >= 0, got 1.5"),
+    ([OK, OK], {"arrival_steps": [0, "2"]}, "request 1: arrival_step must be an int >= 0, got '2'"),
 ])
 def test_serve_refuses_bad_prompts(tiny_model, prompts, kwargs, message):
     with pytest.raises(ValueError, match=message):
         serve(tiny_model, prompts, **kwargs)
+
+
+def test_serve_takes_numpy_arrival_steps(tiny_model):
+    import numpy as np
+
+    result = serve(tiny_model, [OK, OK], max_new_tokens=2, arrival_steps=np.array([0, 1]))
+    assert [r.arrival_step for r in result.requests] == [0, 1]
 
 
 def test_bad_sampling_settings_are_refused():
@@ -112,6 +124,10 @@ SWEEP_CASES = {
     "no prompts": (dict(prompts=[]), ValueError, "prompt list is empty: run_sweep"),
     "empty prompt": (dict(prompts=[OK, torch.tensor([], dtype=torch.long)]), ValueError, "prompt 1: the prompt is empty"),
     "max_new_tokens 0": (dict(max_new_tokens=0), ValueError, "max_new_tokens must be an int >= 1, got 0"),
+    "arrival_rate negative": (dict(arrival_rate=-1.0), ValueError, "arrival_rate must be a number > 0 .* got -1.0"),
+    "arrival_rate NaN": (dict(arrival_rate=float("nan")), ValueError, "arrival_rate must be a number > 0"),
+    "block pool too small": (dict(num_blocks=1, block_size=2), ValueError,
+                             "request 0: .* needs 3 blocks of 2; the pool has 1"),
 }
 
 
@@ -123,7 +139,17 @@ def test_run_sweep_refuses_bad_arguments(tiny_model, case):
         sweep.run_sweep(tiny_model, **kwargs)
 
 
+def test_run_sweep_checks_every_policy_before_serving_anything(tiny_model, monkeypatch):
+    """Plain decoding fits the block pool, speculation's drafts do not (6 + 2 tokens + 2 drafts in
+    2 blocks of 4): the sweep refuses before the warm-up or the "off" runs, not minutes later."""
+    monkeypatch.setattr(Scheduler, "run", lambda self, *a, **kw: pytest.fail("a run started before the check"))
+    with pytest.raises(ValueError, match=r"request 1: a request of 6 \+ 2 tokens \(\+2 drafts\) needs 3 blocks"):
+        sweep.run_sweep(tiny_model, [OK, torch.arange(6)], loads=(1,), policies=("off", "on"), k=2,
+                        max_new_tokens=2, num_blocks=2, block_size=4)
+
+
 @pytest.mark.parametrize("argv, message", [
+    (["--out", "/nonexistent/dir/rows.csv"], "argument --out: the directory of '/nonexistent/dir/rows.csv' does not"),
     (["--loads", ""], "argument --loads: loads must be comma-separated ints"),
     (["--loads", "1,x"], "argument --loads: loads must be comma-separated ints"),
     (["--loads", "4,0"], r"argument --loads: loads\[1\] must be a concurrency level of at least 1"),
@@ -150,6 +176,26 @@ def test_sweep_cli_refuses_bad_options_before_loading_the_model(monkeypatch, cap
     assert re.search(message, capsys.readouterr().err)
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--num-blocks", "1", "--block-size", "2"], "request 0: .* needs .* blocks of 2; the pool has 1"),
+    (["--max-new-tokens", "300"], "prompt 0: prompt of 3 tokens \\+ max_new_tokens=300 exceeds .* context window"),
+])
+def test_sweep_cli_refuses_settings_that_cannot_serve_the_prompts_before_measuring(
+        tiny_model, monkeypatch, capsys, argv, message):
+    """Settings that only fail together with the prompts (the block pool, the context window) are a
+    usage error as soon as the prompts exist, before the cost surface is measured."""
+    import specdecode_ref.measure.batch_bench as bench
+    import specdecode_ref.models as models
+
+    monkeypatch.setattr(models, "load_model", lambda **kw: (tiny_model, None))
+    monkeypatch.setattr(bench, "prompt_pool", lambda tok, pool: [OK, torch.arange(5)])
+    monkeypatch.setattr(bench, "measure_cost_surface", lambda *a, **kw: pytest.fail("the cost surface was measured"))
+    with pytest.raises(SystemExit) as exit_info:
+        sweep.main(["--requests", "2", *argv])
+    assert exit_info.value.code == 2
+    assert re.search(message, capsys.readouterr().err)
+
+
 def test_sweep_cli_defaults_parse():
     args = sweep.build_parser().parse_args([])
     assert args.loads == [1, 4, 16] and args.policies == ["off", "on", "adaptive"] and args.k == 4
@@ -169,6 +215,8 @@ VLLM_CASES = {
     "top_p 0": (dict(top_p=0.0), ValueError, "top_p must be in"),
     "speculative k 0": (dict(speculative_config=V.ngram_config(k=0)), ValueError, "num_speculative_tokens must be"),
     "speculative config not a dict": (dict(speculative_config="ngram"), TypeError, "speculative_config must be a dict"),
+    "dtype unknown": (dict(dtype="fp16"), ValueError, r"dtype must be one of \['bf16', 'bfloat16', 'float32', 'fp32'\]"),
+    "seed a float": (dict(seed=1.5), ValueError, "seed must be an int, got 1.5"),
     "missing model directory": (dict(model_dir="/nonexistent/model"), ValueError,
                                 "model_dir '/nonexistent/model' is not a directory"),
     "missing draft model directory": (dict(speculative_config=V.draft_model_config("/nonexistent/draft")), ValueError,
@@ -194,6 +242,17 @@ def test_run_vllm_sweep_refuses_bad_arguments(monkeypatch, tmp_path, kwargs, mes
     kwargs = {"model_dir": tmp_path, "prompts": [[1, 2, 3]], "max_tokens": 4, **kwargs}
     with pytest.raises(ValueError, match=message):
         V.run_vllm_sweep(**kwargs)
+
+
+@pytest.mark.parametrize("dtype, sent", [("fp32", "float32"), ("bf16", "bfloat16"), ("float32", "float32")])
+def test_run_vllm_sends_vllm_its_own_dtype_names(monkeypatch, tmp_path, dtype, sent):
+    """The course's dtype names ("fp32", "bf16", as run_vllm_sweep takes them) reach vLLM under
+    its own names; vLLM would refuse "fp32" only after its start-up."""
+    jobs = []
+    monkeypatch.setattr(V, "vllm_available", lambda: (True, "test"))
+    monkeypatch.setattr(V, "_run_job", lambda job, timeout: jobs.append(job) or {})
+    V.run_vllm(tmp_path, [[1, 2, 3]], max_tokens=4, dtype=dtype)
+    assert jobs[0]["dtype"] == sent
 
 
 def _broken(tmp_path, kind):
