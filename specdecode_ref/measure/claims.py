@@ -25,7 +25,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["say", "num", "pct", "times", "ms", "Comparison", "compare_paired", "close_to",
+__all__ = ["say", "num", "pct", "times", "ms", "Comparison", "MIN_PAIRS", "compare_paired", "close_to",
            "best_of", "machine_line", "cpu_has_native_bf16", "cpu_name", "join_words", "plural"]
 
 
@@ -95,6 +95,9 @@ def join_words(items: Iterable[str], conjunction: str = "and") -> str:
     return f"{', '.join(items[:-1])} {conjunction} {items[-1]}"
 
 
+MIN_PAIRS = 3  # the fewest prompts on which a paired comparison may call a difference
+
+
 @dataclass(frozen=True)
 class Comparison:
     """A paired comparison of A against B over the same prompts.
@@ -120,9 +123,13 @@ class Comparison:
 
     @property
     def interval(self) -> str:
+        if self.n < MIN_PAIRS:
+            return f"{plural(self.n, 'pair')}: too few for an interval"
         return f"{self.confidence:.0%} interval {self.lo:.2f}–{self.hi:.2f}×"
 
     def __str__(self) -> str:
+        if self.n < MIN_PAIRS:
+            return f"{self.ratio:.2f}× ({plural(self.n, 'prompt')}, too few for an interval)"
         return f"{self.ratio:.2f}× ({self.interval}, {plural(self.n, 'prompt')})"
 
 
@@ -133,8 +140,10 @@ def compare_paired(a: Sequence[float], b: Sequence[float], higher_is_better: boo
 
     ``a``, ``b``: positive per-prompt values, e.g. tokens/s (``higher_is_better=True``) or seconds
     (``False``). The ratio is the geometric mean of a[i]/b[i] (inverted for times, so > 1 always
-    means A is better); its interval is a percentile bootstrap over prompts. One pair has no
-    interval, and nothing says its ratio is not noise: it always reads "level".
+    means A is better); its interval is a percentile bootstrap over prompts. Fewer than
+    ``MIN_PAIRS`` pairs always read "level": one pair has no interval, and a bootstrap over two
+    pairs only spans their two ratios (two prompts that happen to agree give a zero-width
+    "interval" that says nothing about run-to-run noise).
     """
     a = np.asarray(a, dtype=float).reshape(-1)
     b = np.asarray(b, dtype=float).reshape(-1)
@@ -148,8 +157,9 @@ def compare_paired(a: Sequence[float], b: Sequence[float], higher_is_better: boo
     if not higher_is_better:
         logr = -logr
     ratio = float(np.exp(logr.mean()))
-    if a.size == 1:
-        return Comparison(ratio, ratio, ratio, 1, confidence, tolerance, "level")
+    if a.size < MIN_PAIRS:  # lo / hi: the range of the pairs' ratios, not an interval
+        return Comparison(ratio, float(np.exp(logr.min())), float(np.exp(logr.max())), int(a.size), confidence,
+                          tolerance, "level")
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, a.size, size=(n_boot, a.size))
     boots = np.exp(logr[idx].mean(axis=1))

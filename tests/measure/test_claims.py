@@ -71,6 +71,17 @@ def test_one_pair_is_never_a_verdict():
     assert c.verdict == "level" and c.n == 1
 
 
+def test_two_agreeing_pairs_are_not_a_verdict():
+    # Two prompts that happen to agree give a bootstrap "interval" of zero width (1.50-1.50x): it says
+    # nothing about run-to-run noise, so the word must stay "level" and the text must say why.
+    c = compare_paired([30.0, 15.0], [20.0, 10.0])
+    assert c.verdict == "level" and c.n == 2
+    assert "too few for an interval" in str(c) and "95%" not in str(c)
+    assert (c.lo, c.hi) == pytest.approx((1.5, 1.5))
+    three = compare_paired([30.0, 15.0, 45.0], [20.0, 10.0, 30.0])
+    assert three.verdict == "better" and "95% interval" in str(three)
+
+
 @pytest.mark.parametrize("a, b, match", [([1.0, 2.0], [1.0], "same non-zero number"), ([], [], "same non-zero"),
                                          ([1.0, -1.0], [1.0, 1.0], "positive"), ([1.0, float("nan")], [1.0, 1.0], "finite")])
 def test_bad_input_is_refused(a, b, match):
