@@ -2,7 +2,8 @@
 #   make lab    create .venv, install, prepare the embedded model, open JupyterLab on the course
 #   make test   the same set-up, then every test (unit, embedded-model, notebooks, labs); it also
 #               builds vLLM's environment when it can and runs the vLLM cross-checks first
-#               (`make test VLLM=0` leaves vLLM out: those tests then skip and say why)
+#               (`make test VLLM=0` leaves vLLM out: those tests are deselected; under
+#               SPECDECODE_REQUIRE_VLLM=1, as in CI, a vLLM that cannot be built or imported fails)
 #   make vllm-env  vLLM (CPU build) in an environment of its own, for the side-by-side runs
 PYTHON ?= python3
 VENV   := .venv
@@ -19,7 +20,7 @@ VLLM ?= 1
 # uv does not read pip's configuration: hand it pip's find-links (where a local CPU torch wheel lies).
 PIP_LINKS   = $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
 
-.PHONY: setup lab test test-units test-notebooks test-fast test-vllm bench vllm-env vllm-env-if-possible clean-model help
+.PHONY: setup lab test vllm-switch test-units test-notebooks test-fast test-vllm bench vllm-env vllm-env-if-possible clean-model help
 
 help:
 	@echo "make lab | make test | make test-units | make test-notebooks | make test-fast | make bench | make vllm-env"
@@ -50,7 +51,7 @@ lab: setup
 # The notebooks run small (SPECDECODE_SMALL_RUN=1, see specdecode_ref/measure/run_size.py): the
 # same cells and exact checks on fewer prompts and tokens, and without their own vLLM start-ups.
 TEST_LOG := .test-logs/unit-tests.log
-test: setup $(if $(filter 1,$(VLLM)),vllm-env-if-possible)
+test: vllm-switch setup $(if $(filter 1,$(VLLM)),vllm-env-if-possible)
 	$(if $(filter 1,$(VLLM)),$(PY) -m pytest -m "vllm and not vllm_extra" tests/serving)
 	@mkdir -p $(dir $(TEST_LOG))
 	@echo "unit tests: running beside the notebooks, report in $(TEST_LOG) (printed at the end)"
@@ -101,6 +102,14 @@ vllm-env-if-possible: setup
 	  if [ "$$SPECDECODE_REQUIRE_VLLM" = 1 ]; then \
 	    echo "vLLM's environment could not be built, and SPECDECODE_REQUIRE_VLLM=1 requires it"; exit 1; fi; \
 	  echo "vLLM's environment could not be built: the vLLM cross-checks will be skipped"; }
+
+# SPECDECODE_REQUIRE_VLLM=1 asks for a run that proves the vLLM cross-checks ran; VLLM=0 leaves them
+# out. The two together contradict each other: make test refuses at once rather than going green
+# without the cross-checks (unset one of them).
+vllm-switch:
+	@if [ "$(VLLM)" != 1 ] && [ "$$SPECDECODE_REQUIRE_VLLM" = 1 ]; then \
+	  echo "make test VLLM=$(VLLM) leaves the vLLM cross-checks out, but SPECDECODE_REQUIRE_VLLM=1 requires them:" \
+	    "unset SPECDECODE_REQUIRE_VLLM (or set it to 0), or drop VLLM=$(VLLM)"; exit 1; fi
 
 clean-model:
 	rm -rf $${SPECDECODE_CACHE:-$$HOME/.cache/specdecode}

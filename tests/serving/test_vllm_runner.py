@@ -1,6 +1,9 @@
 """The vLLM runner without vLLM: a clear message when its environment is missing, and the
 counters' arithmetic (vLLM's names turned into the course's SpecStats quantities)."""
 import importlib.util
+import os
+import shutil
+import subprocess
 
 import pytest
 
@@ -39,6 +42,18 @@ def test_job_reports_only_the_timed_part():
     assert job._difference(after, before) == {V.DRAFTS: 8, V.ACCEPTED_PER_POS: [4, 2, 1]}
 
 
+def _outcome(check) -> tuple:
+    """("fail" | "skip" | "ran", message) of ``check()``. Caught here, not with pytest.raises: a
+    skip escaping pytest.raises(pytest.fail.Exception) would turn this very test into a skip, the
+    silent outcome the switch exists to prevent."""
+    try:
+        return "ran", check()
+    except pytest.fail.Exception as err:
+        return "fail", str(err)
+    except pytest.skip.Exception as err:
+        return "skip", str(err)
+
+
 def test_required_vllm_fails_instead_of_skipping(monkeypatch, tmp_path):
     """CI sets SPECDECODE_REQUIRE_VLLM=1: a missing vLLM environment then fails the cross-checks
     instead of skipping them, so a green CI means they ran."""
@@ -47,11 +62,66 @@ def test_required_vllm_fails_instead_of_skipping(monkeypatch, tmp_path):
     monkeypatch.setenv(V.VLLM_PYTHON_ENV, str(tmp_path / "no-venv" / "bin" / "python"))
     monkeypatch.setenv(V.REQUIRE_ENV, "1")
     assert V.vllm_required()
-    with pytest.raises(pytest.fail.Exception, match="SPECDECODE_REQUIRE_VLLM=1 but vLLM is not available"):
-        need_vllm()
+    outcome, message = _outcome(need_vllm)
+    assert outcome == "fail" and "SPECDECODE_REQUIRE_VLLM=1 but vLLM is not available" in message
     monkeypatch.setenv(V.REQUIRE_ENV, "0")
-    with pytest.raises(pytest.skip.Exception, match="vLLM is not available"):
-        need_vllm()
+    outcome, message = _outcome(need_vllm)
+    assert outcome == "skip" and "vLLM is not available" in message
+
+
+@pytest.mark.parametrize("switch, outcome", [("1", "fail"), (" 1 ", "fail"), ("0", "skip"), ("", "skip"),
+                                            (None, "skip")])
+def test_a_broken_vllm_fails_only_under_the_switch(monkeypatch, switch, outcome):
+    """vLLM's environment present but broken (as vllm_available reports it): the cross-checks fail
+    under SPECDECODE_REQUIRE_VLLM=1 and skip otherwise; a working vLLM runs them either way."""
+    from support import need_vllm
+
+    if switch is None:
+        monkeypatch.delenv(V.REQUIRE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(V.REQUIRE_ENV, switch)
+    monkeypatch.setattr(V, "vllm_available", lambda quick=False: (False, "`import vllm` fails in x: ImportError"))
+    got, message = _outcome(need_vllm)
+    assert got == outcome and "vLLM is not available: `import vllm` fails in x: ImportError" in message
+    monkeypatch.setattr(V, "vllm_available", lambda quick=False: (True, "0.32.0"))
+    assert _outcome(need_vllm) == ("ran", "0.32.0")
+
+
+def _make(*args, require=None):
+    """``make`` in the repository with the course's venv and vLLM's build stubbed out: ``setup`` is
+    a no-op (PY=true, the venv's stamp taken as up to date) and building vLLM's environment fails
+    (MAKE=false), as it does without the package registries."""
+    if shutil.which("make") is None:
+        pytest.skip("no make on this machine")
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", V.REQUIRE_ENV)}
+    if require is not None:
+        env[V.REQUIRE_ENV] = require
+    return subprocess.run(["make", "--no-print-directory", "-o", ".venv/.installed", "PY=true", "MAKE=false", *args],
+                          cwd=V.REPO_ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_make_fails_when_vllm_cannot_be_built_only_under_the_switch():
+    strict = _make("vllm-env-if-possible", require="1")
+    assert strict.returncode != 0
+    assert "SPECDECODE_REQUIRE_VLLM=1 requires it" in strict.stdout
+    for require in (None, "0"):
+        learner = _make("vllm-env-if-possible", require=require)
+        assert learner.returncode == 0, learner.stdout + learner.stderr
+        assert "the vLLM cross-checks will be skipped" in learner.stdout
+
+
+def test_make_test_vllm_0_leaves_vllm_out_and_is_refused_under_the_switch():
+    """VLLM=0 leaves vLLM out (neither built nor tested); under SPECDECODE_REQUIRE_VLLM=1 the two
+    contradict each other and make test stops at once instead of going green without vLLM."""
+    plan = _make("-n", "test", "VLLM=0").stdout  # -n: what would run, nothing run
+    assert "vllm-env" not in plan and "vllm and not vllm_extra" not in plan and '-m "not vllm"' in plan
+    assert "vllm and not vllm_extra" in _make("-n", "test").stdout
+    assert _make("vllm-switch", "VLLM=0").returncode == 0
+    assert _make("vllm-switch", "VLLM=0", require="0").returncode == 0
+    assert _make("vllm-switch", require="1").returncode == 0  # VLLM=1: the cross-checks decide
+    refused = _make("vllm-switch", "VLLM=0", require="1")
+    assert refused.returncode != 0
+    assert "VLLM=0 leaves the vLLM cross-checks out, but SPECDECODE_REQUIRE_VLLM=1 requires them" in refused.stdout
 
 
 def test_quick_check_reads_the_version_without_importing(monkeypatch, tmp_path):
