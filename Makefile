@@ -43,26 +43,22 @@ setup: $(STAMP)
 lab: setup
 	$(VENV)/bin/jupyter lab notebooks/00_why_decoding_is_slow.ipynb --notebook-dir=. $(ROOT_FLAG)
 
-# The vLLM cross-checks run first, on their own, while nothing else loads the CPU. Then two streams
-# run side by side, one torch thread each: the unit and real-model tests, and the notebooks (course
-# and labs) under nbval. Two one-thread processes get through about 1.7x the work of one process
-# with two threads on a 2-core machine. The notebooks print as they go; the unit tests' report
-# follows when both have finished (it is kept in $(TEST_LOG)).
+# The vLLM cross-checks run first, on their own, while nothing else loads the CPU. Then every other
+# test (unit, real-model, course notebooks and labs under nbval) is shared out file by file among
+# TEST_WORKERS pytest-xdist workers of one torch thread each (one per core on the 2-core course
+# machines: two one-thread processes get through about 1.7x the work of one process with two
+# threads). A worker that finishes a file takes the next one, so neither core idles while the other
+# still has a queue. Notebooks are queued first, being the longest files; a notebook's cells stay
+# in order in one kernel on one worker.
 # The notebooks run small (SPECDECODE_SMALL_RUN=1, see specdecode_ref/measure/run_size.py): the
 # same cells and exact checks on fewer prompts and tokens, and without their own vLLM start-ups.
-TEST_LOG := .test-logs/unit-tests.log
+TEST_WORKERS ?= 2
 test: vllm-switch setup $(if $(filter 1,$(VLLM)),vllm-env-if-possible)
 	$(if $(filter 1,$(VLLM)),$(PY) -m pytest -m "vllm and not vllm_extra" tests/serving)
-	@mkdir -p $(dir $(TEST_LOG))
-	@echo "unit tests: running beside the notebooks, report in $(TEST_LOG) (printed at the end)"
-	@OMP_NUM_THREADS=1 $(PY) -m pytest tests -m "not vllm" > $(TEST_LOG) 2>&1 & units=$$!; \
-	  status=0; \
-	  SPECDECODE_SMALL_RUN=1 OMP_NUM_THREADS=1 $(PY) -m pytest notebooks labs -m "not vllm" || status=1; \
-	  wait $$units || status=1; \
-	  echo; echo "===== unit and real-model tests ($(TEST_LOG)) ====="; cat $(TEST_LOG); \
-	  exit $$status
+	SPECDECODE_SMALL_RUN=1 OMP_NUM_THREADS=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile \
+	  --no-loadscope-reorder -m "not vllm" notebooks labs tests
 
-# Each stream alone, with all cores: the unit and real-model tests; the notebooks, small.
+# One part alone, with all cores: the unit and real-model tests; the notebooks and labs, small.
 test-units: setup
 	$(PY) -m pytest tests -m "not vllm"
 

@@ -12,6 +12,15 @@ import pytest
 from support import make_tiny_llama
 
 
+@pytest.fixture(autouse=True)
+def _full_size(monkeypatch):
+    """The tests below run at one size whatever the notebooks' switch says: `make test` sets
+    SPECDECODE_SMALL_RUN=1 for the notebooks, and the tests share their worker processes."""
+    from specdecode_ref.measure.run_size import SWITCH
+
+    monkeypatch.delenv(SWITCH, raising=False)
+
+
 @pytest.fixture(scope="session")
 def tiny_model():
     return make_tiny_llama(vocab_size=64, sharpness=8.0)
