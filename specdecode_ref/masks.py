@@ -22,6 +22,10 @@ from __future__ import annotations
 
 import torch
 
+# A tree's mask is built from its structure (ancestors, depths), so it lives in trees.py, which
+# imports nothing from here; it is listed with the other masks.
+from .trees import tree_attention_mask
+
 
 def causal_mask(q_len: int, past_len: int, device=None) -> torch.Tensor:
     """Boolean [1, 1, q_len, past_len + q_len]: query i (at position past_len + i) sees keys
@@ -42,20 +46,6 @@ def additive_mask(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 def causal_additive_mask(q_len: int, past_len: int, dtype: torch.dtype, device=None) -> torch.Tensor:
     """[1, 1, q_len, past_len + q_len] in ``dtype``: the additive form of :func:`causal_mask`."""
     return additive_mask(causal_mask(q_len, past_len, device), dtype)
-
-
-def tree_attention_mask(parents, past_len: int, dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
-    """The additive mask [1, 1, n+1, past_len + n + 1] for ``[root] + nodes`` of a candidate tree.
-
-    parents: the tree, [n] (trees.py). 0 where ``trees.tree_visibility`` allows attention: every
-    slot sees the prefix and the root, node i also its ancestors and itself. Use it together with
-    ``trees.tree_position_ids``.
-    """
-    from .trees import tree_visibility  # trees re-exports this function, so import it lazily
-
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise ValueError(f"dtype must be a floating torch dtype (the model's), got {dtype!r}")
-    return additive_mask(tree_visibility(parents, past_len, device), dtype)[None, None]
 
 
 def unrolled_mask(q: int, step: int, device=None) -> torch.Tensor:

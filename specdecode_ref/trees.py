@@ -36,8 +36,6 @@ from typing import NamedTuple, Sequence
 
 import torch
 
-from .masks import tree_attention_mask  # noqa: F401  (the tree's mask lives with the other masks)
-
 # The parent index of a node that hangs directly under the root. -1 so that ``parents[i] + 1`` is
 # always the parent's slot (the root is slot 0) and a chain is ``arange(n) - 1``.
 ROOT = -1
@@ -175,6 +173,20 @@ def tree_visibility(parents, past_len: int, device=None) -> torch.Tensor:
     vis[:, : past_len + 1] = True  # prefix and root: seen by everyone
     vis[1:, past_len + 1:] = anc
     return vis if device is None else vis.to(device)
+
+
+def tree_attention_mask(parents, past_len: int, dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
+    """The additive mask [1, 1, n+1, past_len + n + 1] for ``[root] + nodes`` of a candidate tree.
+
+    0 where :func:`tree_visibility` allows attention (every slot sees the prefix and the root,
+    node i also its ancestors and itself), ``finfo(dtype).min`` elsewhere: the additive form of
+    masks.py, which lists this mask with the others. Use it together with :func:`tree_position_ids`.
+    """
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating torch dtype (the model's), got {dtype!r}")
+    visible = tree_visibility(parents, past_len, device)
+    mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
+    return mask.masked_fill_(~visible, torch.finfo(dtype).min)[None, None]
 
 
 def tree_position_ids(parents, past_len: int, device=None) -> torch.Tensor:
