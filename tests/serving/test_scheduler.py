@@ -380,3 +380,89 @@ def test_sweep_keeps_outputs_for_another_engine(tiny_model):
     for outputs in df.outputs:
         assert len(outputs) == 3 and all(0 < len(o) <= 6 for o in outputs)
     assert df.outputs.iloc[0] == df.outputs.iloc[1]  # fp32 greedy: on equals off token for token
+
+
+# --- (e) sampling: each request draws what generate draws with its seed, and the target's law ------
+
+@pytest.fixture(scope="module")
+def small_vocab():
+    from support import make_tiny_llama
+
+    return make_tiny_llama(vocab_size=6, sharpness=3.0, seed=2)
+
+
+def _sampled_proposers(model):
+    from support import RandomDraftProposer, noisy
+    from specdecode_ref.proposers.adaptive import HeuristicK
+    from specdecode_ref.proposers.draft_model import DraftModelProposer, build_draft_model
+
+    draft = noisy(build_draft_model(model, (1,)), 0.5, 0)
+    return {"ngram": lambda: NgramProposer(k=4),
+            "draft": lambda: DraftModelProposer(draft, k=3),
+            "random_q": lambda: RandomDraftProposer(3, VOCAB),
+            # k_max = the policy's K: generate would otherwise let the wrapper draft more than the
+            # scheduler's AlwaysOn(3) schedules, and the draws would differ (not the law).
+            "heuristic(draft)": lambda: HeuristicK(DraftModelProposer(draft, k=3), k_max=3)}
+
+
+@pytest.mark.parametrize("name", ["ngram", "draft", "random_q", "heuristic(draft)"])
+def test_sampled_requests_equal_generate_with_their_seed(tiny_model, name):
+    """Request i is seeded seed + i: with joins, a token budget that leaves requests waiting and
+    drafts of every acceptance length, each request's output equals ``generate`` with that seed
+    (q-sampled drafts included). No preemption here: a recompute preemption draws the next token
+    in the re-prefill where generate draws it in a verification step (same law, other draws; the
+    joint-law test below runs with preemptions)."""
+    from specdecode_ref import SamplingParams, generate
+
+    make = _sampled_proposers(tiny_model)[name]
+    s = SamplingParams(temperature=0.8, top_k=20)
+    prompts, budgets = _workload(16, seed=11)
+    arrivals = poisson_arrivals(len(prompts), rate_per_step=0.6, seed=2)
+    proposer = make()
+    sched = _scheduler(tiny_model, proposer, AlwaysOn(proposer.k), num_blocks=400, max_num_seqs=4, sampling=s,
+                       seed=5)
+    result = _run(sched, prompts, budgets, arrivals)
+    assert result.num_preemptions == 0
+    for i, r in enumerate(result.requests):
+        alone = generate(tiny_model, prompts[i], proposer=make(), max_new_tokens=budgets[i], sampling=s, seed=5 + i,
+                         eos_token_id=EOS)
+        assert r.output == alone.tokens.tolist(), f"request {i} differs from generate(seed={5 + i})"
+    lengths = {a for r in result.requests for a in r.row.stats.accepted_lengths}
+    assert name == "ngram" or {0, 1} <= lengths, lengths
+
+
+def _served_joint_counts(model, prompt, make, sampling, n, steps=3):
+    """n requests of one prompt (request i seeded i) served with a block pool too small for them all:
+    32 running requests fill 2 blocks each at admission and need a third when they grow, in a pool
+    of 80, so the newest are preempted and recomputed."""
+    proposer = make()
+    result = serve(model, [prompt] * n, proposer, AlwaysOn(proposer.k), max_new_tokens=steps, sampling=sampling,
+                   seed=0, num_blocks=80, block_size=4, max_num_batched_tokens=1024, max_num_seqs=32)
+    counts = np.zeros(model.config.vocab_size ** steps)
+    for r in result.requests:
+        counts[np.ravel_multi_index(r.output, (model.config.vocab_size,) * steps)] += 1
+    return counts, result
+
+
+@pytest.mark.parametrize("bug", [None, "resample_from_p", "always_accept"],
+                         ids=["correct", "planted-resample_from_p", "planted-always_accept"])
+def test_sampled_serving_follows_target_joint(small_vocab, bug, monkeypatch):
+    """The joint law of each request's three tokens (chi-square against tests/support.exact_joint,
+    whose temperature comes from the test's own reference), through joins and preemptions, with a
+    drafter that samples its own q; each planted twin (tests/support.plant: the scheduler verifies
+    through the batch engine's rejection_sample) fails at the same size."""
+    from support import RandomDraftProposer, assert_law, chi2_pvalue, exact_joint, plant
+    from specdecode_ref import SamplingParams, generate
+
+    plant(monkeypatch, bug)
+    prompt = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
+    s = SamplingParams(temperature=0.8)
+    make = lambda: RandomDraftProposer(3, 6)  # noqa: E731
+    counts, result = _served_joint_counts(small_vocab, prompt, make, s, n=2000)
+    if bug is None:
+        assert result.num_preemptions > 0
+        alone = [i for i, r in enumerate(result.requests) if r.num_preemptions == 0]
+        for i in (alone[0], alone[-1]):
+            ref = generate(small_vocab, prompt, proposer=make(), max_new_tokens=3, sampling=s, seed=i)
+            assert result.requests[i].output == ref.tokens.tolist(), f"request {i}"
+    assert_law(chi2_pvalue(counts, exact_joint(small_vocab, prompt, 3, s)), bug)
