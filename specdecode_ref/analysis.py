@@ -7,9 +7,11 @@ from Transformers via Speculative Decoding" (arXiv 2211.17192, 2022), section 3.
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
+
+from .metrics import SpecStats
 
 
 def _check_alpha(alpha):
@@ -426,12 +428,63 @@ def monotone_cost_curve(ns: Sequence[int], times: Sequence[float]) -> np.ndarray
     return np.concatenate([np.full(int(w), m) for m, w in blocks])
 
 
-def replay_greedy_chain(matches: Sequence[bool], k: int):
-    """The engine's counters for a chain drafter of length k, replayed from one match bit per
-    position (see ``measure.replay.replay_greedy_chain``, where the replays live)."""
-    from .measure.replay import replay_greedy_chain as replay
+class ChainStep(NamedTuple):
+    """One replayed verification step."""
 
-    return replay(matches, k)
+    generated: int  # new tokens committed before the step (the prefill's token included)
+    drafted: int  # draft length after the budget limit (0: a plain step)
+    accepted: int  # leading draft tokens equal to the continuation
+    emitted: int  # tokens the step commits (accepted + one target token; accepted alone at the end)
+
+
+def chain_steps(total: int, offer: Callable[[int], tuple], budget: int | None = None) -> Iterator[ChainStep]:
+    """The engine's steps over a known continuation of ``total`` new tokens (the prefill's first).
+
+    offer(generated) -> (tokens the drafter offers, how many of them lead the continuation) when
+    ``generated`` tokens exist; it is called lazily, one step at a time, so a controller may move
+    its k between steps. budget: the engine's max_new_tokens (default ``total``); a continuation
+    shorter than the budget ended at EOS, and a draft matching through its last token ends there.
+    """
+    budget = total if budget is None else int(budget)
+    generated = 1 if total else 0
+    while generated < total:
+        offered, matched = offer(generated)
+        drafted = max(0, min(int(offered), budget - generated - 1))
+        accepted = min(drafted, int(matched), total - generated)
+        emitted = accepted if generated + accepted >= total else accepted + 1
+        yield ChainStep(generated, drafted, accepted, emitted)
+        generated += emitted
+
+
+def replay_greedy_chain(matches: Sequence[bool], k: int) -> SpecStats:
+    """Replay greedy speculative decoding of one known continuation with a chain drafter.
+
+    With greedy verification the draft token at a position is accepted only if every earlier
+    draft of the step was, i.e. only when the drafter saw the *true* prefix; so acceptance is fixed
+    by one bit per position: ``matches[j]`` = "the drafter's greedy token after the prompt and the
+    first j new tokens equals new token j", for j = 0 .. N-1 (``matches[0]`` is never used: the
+    prefill emits token 0). Each step drafts min(k, tokens left - 1). Returns a ``SpecStats`` with
+    the counters (tau, per-position rates, accepted/draft lengths) the engine would report; no
+    timings. One pass of the drafter over prompt + continuation (``bench.draft_greedy_matches``)
+    thus gives tau for every k at once.
+    """
+    if int(k) != k or k < 1:
+        raise ValueError(f"k must be a whole number >= 1, got {k!r}")
+    k = int(k)
+    m = [bool(x) for x in matches]
+
+    def offer(generated: int):
+        run = 0
+        while run < k and generated + run < len(m) and m[generated + run]:
+            run += 1
+        return k, run
+
+    stats = SpecStats()
+    for s in chain_steps(len(m), offer):
+        stats.record_step(s.drafted, s.accepted, s.emitted)
+    stats.new_tokens = len(m)
+    stats.target_forwards = stats.steps + (1 if m else 0)
+    return stats
 
 
 # ---- per-token acceptance: drafting from q versus drafting the argmax -------------------------

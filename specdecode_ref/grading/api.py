@@ -11,7 +11,8 @@ import os
 import sys
 from pathlib import Path
 
-IMPL_ENV = "SPECDECODE_LAB_IMPL"
+from .labs import IMPL_ENV
+
 NAMED_IMPLS = ("student", "reference", "solution")
 
 

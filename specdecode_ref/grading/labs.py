@@ -7,6 +7,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# The environment variable that names the implementation a lab's grading tests load (api.load_lab);
+# the runner sets it for each submission's process.
+IMPL_ENV = "SPECDECODE_LAB_IMPL"
 ROLES = ("reference", "solution", "stubs", "planted bug", "mutant", "tamper attempt")
 
 

@@ -24,8 +24,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from .api import IMPL_ENV
-from .labs import Lab, Submission, sibling_labs, which_lab
+from .labs import IMPL_ENV, Lab, Submission, sibling_labs, which_lab
 
 DEFAULT_TEST_TIMEOUT = 20.0  # seconds per test
 DEFAULT_TIMEOUT = 300.0  # seconds per submission (all its tests, plus start-up)

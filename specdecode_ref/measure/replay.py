@@ -7,9 +7,10 @@ would offer at each point: how many tokens, and how many of them lead the contin
 answer "what would tau (or the modelled speedup) be for k = 1..16, for this controller, for this
 cost curve" in milliseconds instead of minutes of decoding.
 
-:func:`chain_steps` is the step rule, as in ``engine.generate``: draft at most ``remaining - 1``
-tokens (the budget), accept the leading run of matches, emit it plus one target token (or stop at
-the continuation's end, an EOS). The three replays build on it:
+:func:`chain_steps` is the step rule, as in ``engine.generate`` (it lives in analysis.py with the
+chain replay; both are re-exported here): draft at most ``remaining - 1`` tokens (the budget),
+accept the leading run of matches, emit it plus one target token (or stop at the continuation's
+end, an EOS). The three replays build on it:
 
 * :func:`replay_greedy_chain` (a model-based chain drafter, from one bit per position:
   ``bench.draft_greedy_matches``, notebook 05);
@@ -23,77 +24,18 @@ token for token (always in fp32 greedy decoding; in bf16 a near-tie can flip a t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterator, NamedTuple, Sequence
+from typing import Sequence
 
 import numpy as np
 
-from ..analysis import as_verify_cost
-from ..metrics import SpecStats
-
-
-class ChainStep(NamedTuple):
-    """One replayed verification step."""
-
-    generated: int  # new tokens committed before the step (the prefill's token included)
-    drafted: int  # draft length after the budget limit (0: a plain step)
-    accepted: int  # leading draft tokens equal to the continuation
-    emitted: int  # tokens the step commits (accepted + one target token; accepted alone at the end)
-
-
-def chain_steps(total: int, offer: Callable[[int], tuple], budget: int | None = None) -> Iterator[ChainStep]:
-    """The engine's steps over a known continuation of ``total`` new tokens (the prefill's first).
-
-    offer(generated) -> (tokens the drafter offers, how many of them lead the continuation) when
-    ``generated`` tokens exist; it is called lazily, one step at a time, so a controller may move
-    its k between steps. budget: the engine's max_new_tokens (default ``total``); a continuation
-    shorter than the budget ended at EOS, and a draft matching through its last token ends there.
-    """
-    budget = total if budget is None else int(budget)
-    generated = 1 if total else 0
-    while generated < total:
-        offered, matched = offer(generated)
-        drafted = max(0, min(int(offered), budget - generated - 1))
-        accepted = min(drafted, int(matched), total - generated)
-        emitted = accepted if generated + accepted >= total else accepted + 1
-        yield ChainStep(generated, drafted, accepted, emitted)
-        generated += emitted
+# The step rule and the chain replay sit in analysis.py (the model, which imports no tooling).
+from ..analysis import ChainStep, as_verify_cost, chain_steps, replay_greedy_chain
 
 
 def step_cost(drafted: int, verify_cost=1.0, c: float = 0.0, c_step: float = 0.0) -> float:
     """Cost of one step in units of T(1): c_step + drafted * c + V(drafted), a plain step's V = 1."""
     v = as_verify_cost(verify_cost)
     return c_step + drafted * c + (float(v(drafted)) if drafted > 0 else 1.0)
-
-
-def replay_greedy_chain(matches: Sequence[bool], k: int) -> SpecStats:
-    """Replay greedy speculative decoding of one known continuation with a chain drafter.
-
-    With greedy verification the draft token at a position is accepted only if every earlier
-    draft of the step was, i.e. only when the drafter saw the *true* prefix; so acceptance is fixed
-    by one bit per position: ``matches[j]`` = "the drafter's greedy token after the prompt and the
-    first j new tokens equals new token j", for j = 0 .. N-1 (``matches[0]`` is never used: the
-    prefill emits token 0). Each step drafts min(k, tokens left - 1). Returns a ``SpecStats`` with
-    the counters (tau, per-position rates, accepted/draft lengths) the engine would report; no
-    timings. One pass of the drafter over prompt + continuation (``bench.draft_greedy_matches``)
-    thus gives tau for every k at once.
-    """
-    if int(k) != k or k < 1:
-        raise ValueError(f"k must be a whole number >= 1, got {k!r}")
-    k = int(k)
-    m = [bool(x) for x in matches]
-
-    def offer(generated: int):
-        run = 0
-        while run < k and generated + run < len(m) and m[generated + run]:
-            run += 1
-        return k, run
-
-    stats = SpecStats()
-    for s in chain_steps(len(m), offer):
-        stats.record_step(s.drafted, s.accepted, s.emitted)
-    stats.new_tokens = len(m)
-    stats.target_forwards = stats.steps + (1 if m else 0)
-    return stats
 
 
 def draft_match_profile(proposer, prompt: Sequence[int], continuation: Sequence[int], k_max: int = 16):

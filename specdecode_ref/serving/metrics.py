@@ -12,7 +12,7 @@ Latencies are given in wall-clock seconds and in scheduler steps (the schedule i
 the machine's speed).
 
 Counters use vLLM's names (``vllm/v1/spec_decode/metrics.py``, ``SpecDecodingStats``, and the
-Prometheus names in ``serving/vllm_runner.py``): ``spec_decode_num_drafts`` (request-steps that
+Prometheus names below): ``spec_decode_num_drafts`` (request-steps that
 drafted something), ``_num_draft_tokens``, ``_num_accepted_tokens`` and
 ``_num_accepted_tokens_per_pos`` (drafts whose first i+1 tokens were all accepted). The course's
 SpecStats (metrics.py) pooled over requests gives the same numbers and tau.
@@ -22,7 +22,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..metrics import merge_stats
-from .vllm_runner import ACCEPTED_PER_POS, ACCEPTED_TOKENS, DRAFT_TOKENS, DRAFTS
+
+# vLLM's Prometheus names for its speculative-decoding counters (``LLM.get_metrics()``).
+DRAFTS = "vllm:spec_decode_num_drafts"
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
+ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens"
+ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
 
 
 def _pct(values, q: float) -> float:

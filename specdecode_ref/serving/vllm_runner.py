@@ -30,6 +30,7 @@ from pathlib import Path
 
 from ..measure.run_size import SWITCH, small_run
 from ..sampling import SamplingParams
+from .metrics import ACCEPTED_PER_POS, ACCEPTED_TOKENS, DRAFT_TOKENS, DRAFTS  # vLLM's Prometheus names
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON_ENV = "SPECDECODE_VLLM_PYTHON"  # a Python that can `import vllm`
@@ -37,10 +38,6 @@ DEFAULT_VENV = REPO_ROOT / ".venv-vllm"
 JOB_SCRIPT = Path(__file__).resolve().parent / "vllm_job.py"
 SETUP_HINT = "build it with `make vllm-env` (about a minute, 3.4 GB), or set SPECDECODE_VLLM_PYTHON"
 
-DRAFTS = "vllm:spec_decode_num_drafts"
-DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
-ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens"
-ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
 
 
 def vllm_python() -> Path:
