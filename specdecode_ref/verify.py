@@ -275,8 +275,22 @@ def tree_rejection_sample(target_probs: torch.Tensor, parents, draft_tokens: tor
     return torch.tensor(path, dtype=torch.long, device=device), torch.tensor(emitted, dtype=torch.long, device=device)
 
 
+TYPICAL_EPSILON, TYPICAL_DELTA = 0.09, 0.3  # Medusa's posterior_threshold and posterior_alpha
+
+
+def typical_threshold(probs: torch.Tensor, epsilon: float = TYPICAL_EPSILON, delta: float = TYPICAL_DELTA):
+    """min(epsilon, delta * exp(-H(p))) per row of probs [..., V] (H in nats): the probability a token
+    needs to count as plausible under typical acceptance. Returns [...]."""
+    if not epsilon >= 0 or not delta >= 0:
+        raise ValueError(f"epsilon and delta must be >= 0, got epsilon={epsilon!r}, delta={delta!r}")
+    probs = probs.float()
+    entropy = -(probs * torch.log(probs.clamp(min=1e-30))).sum(dim=-1)
+    return torch.minimum(torch.full_like(entropy, float(epsilon)), delta * torch.exp(-entropy))
+
+
 def typical_accept(target_probs: torch.Tensor, parents, draft_tokens: torch.Tensor,
-                   generator: torch.Generator | None = None, epsilon: float = 0.09, delta: float = 0.3):
+                   generator: torch.Generator | None = None, epsilon: float = TYPICAL_EPSILON,
+                   delta: float = TYPICAL_DELTA):
     """Medusa's typical acceptance (Cai et al. 2024). LOSSY: the output does NOT follow the target.
 
     A node x is *typical* when p(x) > min(epsilon, delta * exp(-H(p))), with p the target's
@@ -284,8 +298,8 @@ def typical_accept(target_probs: torch.Tensor, parents, draft_tokens: torch.Tens
     a probable token, a hesitant one accepts anything reasonably likely. The accepted path is the
     longest path of typical nodes; among equally long ones, as in Medusa's ``evaluate_posterior``,
     the path whose tokens the target finds most likely (the largest sum of log p over the path;
-    the first of those on an exact tie). The step's last token is drawn from p after that path. Defaults epsilon = 0.09, delta = 0.3 are Medusa's (``posterior_threshold``,
-    ``posterior_alpha``).
+    the first of those on an exact tie). The step's last token is drawn from p after that path.
+    Defaults: Medusa's (``posterior_threshold``, ``posterior_alpha``), see :func:`typical_threshold`.
 
     It accepts more than rejection sampling (any typical token passes, with probability 1), which
     is its point, but the price is the distribution: a drafted token with p(x) = 0.3 is emitted
@@ -297,11 +311,8 @@ def typical_accept(target_probs: torch.Tensor, parents, draft_tokens: torch.Tens
     emitted [m+1])``, like :func:`tree_greedy_verify`.
     """
     p_list, toks = _check_tree(target_probs, parents, draft_tokens, "target_probs")
-    if not epsilon >= 0 or not delta >= 0:
-        raise ValueError(f"epsilon and delta must be >= 0, got epsilon={epsilon!r}, delta={delta!r}")
+    threshold = typical_threshold(target_probs, epsilon, delta)  # [n+1]
     probs = target_probs.float()
-    entropy = -(probs * torch.log(probs.clamp(min=1e-30))).sum(dim=-1)  # [n+1]
-    threshold = torch.minimum(torch.full_like(entropy, float(epsilon)), delta * torch.exp(-entropy))
     node_p = [float(probs[p_list[i] + 1, toks[i]]) for i in range(len(toks))]  # p(node | its parent)
     path = _deepest_good_path(p_list, lambda i: node_p[i] > float(threshold[p_list[i] + 1]),
                               score=lambda i: math.log(node_p[i]))  # typical nodes have p > 0
