@@ -66,10 +66,12 @@ def context_window(model) -> int | None:
 
 
 def check_positive_int(value, name: str) -> int:
-    """``value`` if it is an int >= 1 (a bool is not), else a ValueError naming ``name``."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+    """``value`` as an int if it is a whole number >= 1 (numpy ints too; a bool or a float is not),
+    else a ValueError naming ``name``."""
+    number = as_int(value)
+    if number is None or number < 1:
         raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    return value
+    return number
 
 
 def as_int(value) -> int | None:
@@ -109,6 +111,9 @@ def as_prompt(input_ids) -> torch.Tensor:
         raise ValueError(f"input_ids must be 1-D (or [1, L]), got shape {tuple(input_ids.shape)}")
     if input_ids.numel() == 0:
         raise ValueError("the prompt is empty: generation needs at least one input token (got an empty prompt)")
+    if input_ids.dtype in (torch.uint8, torch.int8):
+        raise ValueError(f"input_ids are {input_ids.dtype}, too narrow for token ids (a vocabulary of thousands "
+                         "wraps around in it before the ids reach here); pass int64 (torch.long) token ids")
     if input_ids.dtype not in (torch.long, torch.int, torch.int32, torch.int16):
         raise ValueError(f"input_ids must hold integer token ids, got {input_ids.dtype}")
     return input_ids.long()

@@ -43,8 +43,11 @@ def make_tiny_llama(vocab_size: int = 64, seed: int = 0, sharpness: float = 1.0,
 
 
 def chi2_pvalue(counts, probs, min_expected: float = 5.0) -> float:
-    """p-value of the package's pooled chi-square goodness-of-fit test (0 if a p = 0 token was drawn)."""
-    return chi_square_test(counts, probs, min_expected).pvalue
+    """p-value of the package's pooled chi-square goodness-of-fit test (0 if a p = 0 token was drawn).
+    Prints the sample size and p-value, which ``pytest -rP`` shows for every passing test."""
+    pvalue = chi_square_test(counts, probs, min_expected).pvalue
+    print(f"chi-square: n={int(np.sum(counts))} p={pvalue:.3g}")
+    return pvalue
 
 
 def reference_probs(logits, sampling):

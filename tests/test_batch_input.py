@@ -23,6 +23,8 @@ CASES = {
     "float row": (dict(prompts=[OK, OK, torch.tensor([1.0, 2.0])]), ValueError, "prompt 2: .*integer token ids"),
     "float list row": (dict(prompts=[[1.5, 2.0], OK]), ValueError, "prompt 0: .*integer token ids"),
     "bool row": (dict(prompts=[OK, torch.tensor([True, False])]), ValueError, "prompt 1: .*integer token ids"),
+    "uint8 row": (dict(prompts=[OK, torch.tensor([1, 2], dtype=torch.uint8)]), ValueError,
+                  "prompt 1: input_ids are torch.uint8, too narrow for token ids"),
     "2-D row": (dict(prompts=[OK, torch.ones(2, 3, dtype=torch.long)]), ValueError, "prompt 1: input_ids must be 1-D"),
     "3-D row": (dict(prompts=[torch.ones(1, 1, 3, dtype=torch.long)]), ValueError, "prompt 0: input_ids must be 1-D"),
     "string row": (dict(prompts=[OK, "hello"]), TypeError, "prompt 1: input_ids must be a 1-D tensor or list"),
@@ -92,3 +94,15 @@ def test_numpy_int_seeds_are_seeds(tiny_model):
     a = generate_batch(tiny_model, [OK, OK], max_new_tokens=3, sampling=t1, seed=np.int64(5))
     b = generate_batch(tiny_model, [OK, OK], max_new_tokens=3, sampling=t1, seed=[5, np.int32(6)])
     assert [r.tokens.tolist() for r in a] == [r.tokens.tolist() for r in b]
+
+
+def test_numpy_int_budgets_are_budgets(tiny_model):
+    """A token budget read from a numpy array (np.int64) is a whole number like an int, in both engines."""
+    import numpy as np
+
+    from specdecode_ref import generate
+
+    budgets = np.array([3, 2])
+    out = generate_batch(tiny_model, [OK, OK], max_new_tokens=list(budgets), proposer=NgramProposer(k=2))
+    assert [len(r.tokens) for r in out] == [3, 2]
+    assert generate(tiny_model, OK, max_new_tokens=budgets[0]).tokens.tolist() == out[0].tokens.tolist()

@@ -181,6 +181,8 @@ def run_vllm(model_dir, prompts, *, max_tokens: int, temperature: float = 0.0, t
 
 def _run_job(job: dict, timeout: float) -> dict:
     """vllm_job.py on ``job`` in vLLM's environment; its result, or the job's last error lines."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
     py = vllm_python()
     with tempfile.TemporaryDirectory(prefix="specdecode-vllm-") as tmp:
         job_path, result_path = Path(tmp, "job.json"), Path(tmp, "result.json")

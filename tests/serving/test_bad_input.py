@@ -217,6 +217,8 @@ VLLM_CASES = {
     "speculative config not a dict": (dict(speculative_config="ngram"), TypeError, "speculative_config must be a dict"),
     "dtype unknown": (dict(dtype="fp16"), ValueError, r"dtype must be one of \['bf16', 'bfloat16', 'float32', 'fp32'\]"),
     "seed a float": (dict(seed=1.5), ValueError, "seed must be an int, got 1.5"),
+    "timeout 0": (dict(timeout=0), ValueError, "timeout must be a number of seconds > 0, got 0"),
+    "timeout NaN": (dict(timeout=float("nan")), ValueError, "timeout must be a number of seconds > 0, got nan"),
     "missing model directory": (dict(model_dir="/nonexistent/model"), ValueError,
                                 "model_dir '/nonexistent/model' is not a directory"),
     "missing draft model directory": (dict(speculative_config=V.draft_model_config("/nonexistent/draft")), ValueError,

@@ -126,16 +126,20 @@ def test_per_request_tpot_in_submission_order(tiny_model):
     assert len(reached) == len(accepted) and all(a <= r for a, r in zip(accepted, reached))
 
 
-@pytest.mark.parametrize("wrapper", ["fixed", "heuristic", "goodput"])
+@pytest.mark.parametrize("wrapper", ["fixed", "heuristic", "goodput", "heuristic(draft)"])
 def test_adaptive_k_wrappers_are_lossless_when_served(tiny_model, load, wrapper):
-    """The K controllers of proposers/adaptive.py around the proposer each request drafts with:
-    served with preemption, every request still equals plain decoding alone."""
+    """The K controllers of proposers/adaptive.py around the proposer each request drafts with
+    (n-gram, and a draft model of the target's first layer): served with preemption, every request
+    still equals plain decoding alone."""
     from specdecode_ref.proposers.adaptive import FixedK, GoodputK, HeuristicK
+    from specdecode_ref.proposers.draft_model import DraftModelProposer, build_draft_model
 
     prompts, budgets, arrivals, refs = (x[:60] for x in load)
     proposer = {"fixed": lambda: FixedK(NgramProposer(k=4)), "heuristic": lambda: HeuristicK(NgramProposer(k=4)),
                 "goodput": lambda: GoodputK(NgramProposer(k=4), verify_cost=lambda k: 1 + 0.05 * k, c_step=0.01,
-                                            k_max=6)}[wrapper]()
+                                            k_max=6),
+                "heuristic(draft)": lambda: HeuristicK(DraftModelProposer(build_draft_model(tiny_model, (1,)), k=4),
+                                                       k_max=4)}[wrapper]()
     result = _run(_scheduler(tiny_model, proposer, AlwaysOn(proposer.k)), prompts, budgets, arrivals)
     assert [r.output for r in result.requests] == refs
     assert result.num_preemptions > 0 and result.metrics()["spec_decode_num_draft_tokens"] > 0
