@@ -9,6 +9,8 @@ the prompt in ``begin`` and for every committed position in ``on_verified``.
 """
 from __future__ import annotations
 
+import copy
+import types
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
@@ -23,6 +25,13 @@ from ..sampling import SamplingParams
 #: vLLM's drafters do. Both are lossless; which accepts more is analysis.acceptance_with_q versus
 #: analysis.acceptance_one_hot. At temperature 0 both are the same argmax drafting.
 DRAFT_SAMPLING = ("sample", "greedy")
+
+
+def check_k(k) -> int:
+    """``k``, the number of tokens drafted per step, checked: an int >= 1."""
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise ValueError(f"k (tokens drafted per step) must be an int >= 1, got {k!r}")
+    return k
 
 
 def resolve_draft_sampling(mode, default: str = "sample", can_sample: bool = True,
@@ -108,7 +117,8 @@ class Proposer(ABC):
 
     Everything else the engine relies on is declared here, with a default that suits a proposer
     reading only token ids (n-gram); a drafter overrides what it needs. A wrapper
-    (adaptive.AdaptiveK) forwards every one of them to the proposer it wraps:
+    (:class:`ProposerWrapper`: adaptive K, the acceptance probe) forwards every one of them, and
+    ``k``, to the proposer it wraps:
 
     * ``check_compatible(target)``: refuse a target it cannot draft for, before anything runs;
     * ``begin(state)`` / ``on_verified(state, outcome)``: start a request; roll its own state
@@ -131,9 +141,7 @@ class Proposer(ABC):
     scores_draft = False  # True: the engine calls score() instead of its own verification forward
 
     def __init__(self, k: int):
-        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-            raise ValueError(f"k (tokens drafted per step) must be an int >= 1, got {k!r}")
-        self.k = k
+        self.k = check_k(k)
 
     def check_compatible(self, target) -> None:
         """Raise a clear error when this proposer cannot draft for ``target`` (e.g. vocabulary)."""
@@ -159,13 +167,173 @@ class Proposer(ABC):
     def on_verified(self, state: DecodeState, outcome: StepOutcome) -> None:
         """Roll back own state to the committed tokens (``state.token_list`` is already updated)."""
 
-    def batch_proposer(self):
+    def batch_proposer(self) -> "BatchProposer":
         """A BatchProposer drafting for every row of a batch (generate_batch, see proposers/batch.py).
         The default drives one copy of this proposer per row; drafters that can share a forward
         across rows (the draft model) override it."""
-        from .batch import PerRowBatchProposer
-
         return PerRowBatchProposer(self)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(k={self.k})"
+
+
+class ProposerWrapper(Proposer):
+    """A proposer that wraps another and changes part of what it does (adaptive.AdaptiveK picks k
+    each step; measure.sampling_regime.AcceptanceProbe records acceptance).
+
+    Every capability declared on :class:`Proposer` is forwarded to ``self.proposer``, read when it
+    is asked for (never copied at construction), and so is ``k``, for reading and for writing:
+    setting ``wrapper.k`` sets the wrapped proposer's k, so a chain of wrappers passes the k one
+    of them chooses down to the drafter. A subclass overrides only what it changes and calls
+    ``super()`` for the rest. A wrapper that dropped a capability would still run, wrongly: early
+    exit without its own scorer verifies on a cache its draft already wrote to.
+
+    ``name`` is the wrapped proposer's unless a subclass names itself. ``batch_proposer`` is not
+    forwarded: see its docstring.
+    """
+
+    def __init__(self, proposer: Proposer):
+        if not isinstance(proposer, Proposer):
+            raise TypeError(f"proposer must be a specdecode_ref.proposers.Proposer, got {type(proposer).__name__}")
+        self.proposer = proposer
+        self.name = proposer.name
+
+    @property
+    def k(self) -> int:
+        return self.proposer.k
+
+    @k.setter
+    def k(self, value: int) -> None:
+        self.proposer.k = check_k(value)
+
+    @property
+    def needs_hidden_states(self) -> bool:
+        return self.proposer.needs_hidden_states
+
+    @property
+    def scores_draft(self) -> bool:
+        return self.proposer.scores_draft
+
+    @property
+    def draft_sampling(self) -> str:
+        return self.proposer.draft_sampling
+
+    def check_compatible(self, target) -> None:
+        self.proposer.check_compatible(target)
+
+    def begin(self, state: DecodeState) -> None:
+        self.proposer.begin(state)
+
+    def propose(self, state: DecodeState) -> Draft:
+        return self.proposer.propose(state)
+
+    def score(self, state: DecodeState, ids: list) -> torch.Tensor:
+        return self.proposer.score(state, ids)
+
+    def on_verified(self, state: DecodeState, outcome: StepOutcome) -> None:
+        self.proposer.on_verified(state, outcome)
+
+    def batch_proposer(self) -> "BatchProposer":
+        """One fork of the whole wrapper per row (:class:`PerRowBatchProposer`), not the wrapped
+        proposer's batched form: that would draft one k for every row and call none of the
+        wrapper's hooks, so no row would adapt its k or record its acceptance. Each row keeps its
+        own wrapper state; the weights are shared (:func:`fork`), only the forwards run per row."""
+        return PerRowBatchProposer(self)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.proposer!r})"
+
+
+# ---- drafting for a whole batch (generate_batch); proposers/batch.py re-exports these ----------
+
+class BatchProposer(ABC):
+    """Drafts for the active rows of a batch. Row lists are in the batch's current order."""
+
+    def __init__(self, proposer: Proposer):
+        self.proposer = proposer
+        self.k = proposer.k
+
+    @abstractmethod
+    def begin(self, states: list) -> None:
+        """All rows start (prompts in ``states[b].token_list``, first token already committed)."""
+
+    @abstractmethod
+    def propose(self, states: list) -> list:
+        """One Draft (chain of 0..k tokens) per row."""
+
+    @abstractmethod
+    def on_verified(self, states: list, outcomes: list) -> None:
+        """Roll back each row's own state (``states[b].token_list`` already updated)."""
+
+    @abstractmethod
+    def keep_rows(self, rows: list) -> None:
+        """Only the rows ``rows`` (indices into the current rows) stay in the batch."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.proposer!r})"
+
+
+def shared_weights(obj) -> dict:
+    """A deepcopy memo that maps every torch Module and Parameter reachable from ``obj`` to itself.
+
+    The walk follows instance attributes, containers and bound methods, so it reaches the draft
+    model of a proposer nested in any number of wrappers. It does not enter Modules (a shared
+    Module shares everything it holds) nor plain tensors. Plain tensors outside Modules are left
+    to deepcopy on purpose: they are per-request state (a controller's counts, a cached feature)
+    that a proposer may write in place, and two rows must not write into one tensor.
+    """
+    memo, seen, stack = {}, set(), [obj]
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, (torch.nn.Module, torch.nn.Parameter)):
+            memo[id(x)] = x
+        elif isinstance(x, torch.Tensor) or isinstance(x, type):
+            continue
+        elif isinstance(x, dict):
+            stack.extend(x.keys())
+            stack.extend(x.values())
+        elif isinstance(x, (list, tuple, set, frozenset)):
+            stack.extend(x)
+        elif isinstance(x, types.MethodType):
+            stack.append(x.__self__)
+        elif hasattr(x, "__dict__") and not isinstance(x, (types.FunctionType, types.ModuleType)):
+            stack.extend(vars(x).values())
+    return memo
+
+
+def fork(proposer: Proposer) -> Proposer:
+    """An independent copy for another request: its own mutable state (a wrapper's adaptive k and
+    statistics included), the same Modules and Parameters (weights are never copied, however
+    deep the wrapped proposer holds them)."""
+    return copy.deepcopy(proposer, shared_weights(proposer))
+
+
+class PerRowBatchProposer(BatchProposer):
+    """One copy of ``proposer`` per row, each driven exactly as ``generate`` drives it."""
+
+    def __init__(self, proposer: Proposer):
+        if proposer.needs_hidden_states or getattr(proposer, "scores_draft", False):
+            raise NotImplementedError(
+                f"{proposer!r} reads the target's hidden states or runs the verification itself; "
+                "generate_batch supports plain decoding, n-gram and draft-model proposers (and any "
+                "proposer that needs only the token ids). Decode it with generate(), one request at a time.")
+        super().__init__(proposer)
+        self.rows: list = []
+
+    def begin(self, states: list) -> None:
+        self.rows = [fork(self.proposer) for _ in states]
+        for p, s in zip(self.rows, states):
+            p.begin(s)
+
+    def propose(self, states: list) -> list:
+        return [p.propose(s) for p, s in zip(self.rows, states)]
+
+    def on_verified(self, states: list, outcomes: list) -> None:
+        for p, s, o in zip(self.rows, states, outcomes):
+            p.on_verified(s, o)
+
+    def keep_rows(self, rows: list) -> None:
+        self.rows = [self.rows[r] for r in rows]

@@ -1,7 +1,7 @@
 """Drafting for a whole batch (batch.py's ``generate_batch``).
 
 A :class:`BatchProposer` drafts for every active row of a batch and rolls back each row's own
-state. ``Proposer.batch_proposer()`` returns one:
+state. ``Proposer.batch_proposer()`` returns one (the first two are defined in base.py):
 
 * :class:`PerRowBatchProposer` (the default): one independent copy of the proposer per row, each
   driven exactly as ``generate`` drives it. Right for proposers whose work per row is cheap and
@@ -18,77 +18,14 @@ Counterparts: vLLM ``vllm/v1/spec_decode/ngram_proposer.py`` (a loop over reques
 """
 from __future__ import annotations
 
-import copy
-from abc import ABC, abstractmethod
-
 import torch
 
 from ..sampling import logits_to_probs
-from .base import DecodeState, Draft, Proposer, StepOutcome
+# BatchProposer, PerRowBatchProposer and fork live in base.py (Proposer.batch_proposer returns
+# them, and imports flow one way: batch.py imports base.py, never the reverse); re-exported here.
+from .base import BatchProposer, Draft, PerRowBatchProposer, fork
 
-
-class BatchProposer(ABC):
-    """Drafts for the active rows of a batch. Row lists are in the batch's current order."""
-
-    def __init__(self, proposer: Proposer):
-        self.proposer = proposer
-        self.k = proposer.k
-
-    @abstractmethod
-    def begin(self, states: list) -> None:
-        """All rows start (prompts in ``states[b].token_list``, first token already committed)."""
-
-    @abstractmethod
-    def propose(self, states: list) -> list:
-        """One Draft (chain of 0..k tokens) per row."""
-
-    @abstractmethod
-    def on_verified(self, states: list, outcomes: list) -> None:
-        """Roll back each row's own state (``states[b].token_list`` already updated)."""
-
-    @abstractmethod
-    def keep_rows(self, rows: list) -> None:
-        """Only the rows ``rows`` (indices into the current rows) stay in the batch."""
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.proposer!r})"
-
-
-def fork(proposer: Proposer) -> Proposer:
-    """An independent copy for another request: its own mutable state, shared weights."""
-    memo = {}
-    for value in vars(proposer).values():
-        if isinstance(value, (torch.nn.Module, torch.Tensor)):
-            memo[id(value)] = value
-    return copy.deepcopy(proposer, memo)
-
-
-class PerRowBatchProposer(BatchProposer):
-    """One copy of ``proposer`` per row, each driven exactly as ``generate`` drives it."""
-
-    def __init__(self, proposer: Proposer):
-        if proposer.needs_hidden_states or getattr(proposer, "scores_draft", False):
-            raise NotImplementedError(
-                f"{proposer!r} reads the target's hidden states or runs the verification itself; "
-                "generate_batch supports plain decoding, n-gram and draft-model proposers (and any "
-                "proposer that needs only the token ids). Decode it with generate(), one request at a time.")
-        super().__init__(proposer)
-        self.rows: list = []
-
-    def begin(self, states: list) -> None:
-        self.rows = [fork(self.proposer) for _ in states]
-        for p, s in zip(self.rows, states):
-            p.begin(s)
-
-    def propose(self, states: list) -> list:
-        return [p.propose(s) for p, s in zip(self.rows, states)]
-
-    def on_verified(self, states: list, outcomes: list) -> None:
-        for p, s, o in zip(self.rows, states, outcomes):
-            p.on_verified(s, o)
-
-    def keep_rows(self, rows: list) -> None:
-        self.rows = [self.rows[r] for r in rows]
+__all__ = ["BatchProposer", "PerRowBatchProposer", "fork", "BatchedDraftModelProposer"]
 
 
 class BatchedDraftModelProposer(BatchProposer):
