@@ -50,7 +50,7 @@ import torch
 from ..analysis import acceptance_one_hot, acceptance_with_q, estimate_alpha
 from ..metrics import merge_stats
 from ..proposers import DRAFT_SAMPLING, Draft, Proposer, load_proposer
-from ..proposers.base import DecodeState, StepOutcome
+from ..proposers.base import DecodeState, ProposerWrapper, StepOutcome
 from ..sampling import GREEDY, SamplingParams, logits_to_probs
 from .compare import PLAIN, method_table, run_interleaved
 
@@ -95,23 +95,21 @@ class AcceptanceRecord:
         return 0.0 if abs(diff) < 1e-6 else math.copysign(math.inf, diff)
 
 
-class AcceptanceProbe(Proposer):
+class AcceptanceProbe(ProposerWrapper):
     """Wraps a drafter and, after every chain step, adds the theory's acceptance probability of
     each tried position: sum_x min(p, q) when the draft reports q, p(x) for a token reported
     one-hot. p is the target's processed distribution at that position, read from the
     verification forward itself (the hidden states the engine hands back, through the lm_head, or
     the logits of a proposer's own ``score``): no extra target forward.
 
-    Tree steps are counted but not predicted (several candidates per position). ``records`` holds
-    one :class:`AcceptanceRecord` per request. predict=False only counts (no hidden states asked).
+    Everything else is the wrapped drafter's (``ProposerWrapper``), ``k`` included, so the probe
+    may wrap an adaptive-K controller or be wrapped by one. Tree steps are counted but not
+    predicted (several candidates per position). ``records`` holds one :class:`AcceptanceRecord`
+    per request. predict=False only counts (no hidden states asked).
     """
 
     def __init__(self, proposer: Proposer, predict: bool = True):
-        if not isinstance(proposer, Proposer):
-            raise TypeError(f"proposer must be a specdecode_ref.proposers.Proposer, got {type(proposer).__name__}")
-        super().__init__(proposer.k)
-        self.proposer = proposer
-        self.name = proposer.name
+        super().__init__(proposer)
         self.predict = bool(predict)
         self.records: list = []
         self._logits = None
@@ -120,31 +118,20 @@ class AcceptanceProbe(Proposer):
     def needs_hidden_states(self) -> bool:
         return self.predict or self.proposer.needs_hidden_states
 
-    @property
-    def scores_draft(self) -> bool:
-        return self.proposer.scores_draft
-
-    @property
-    def draft_sampling(self) -> str:
-        return self.proposer.draft_sampling
-
-    def check_compatible(self, target) -> None:
-        self.proposer.check_compatible(target)
-
     def begin(self, state: DecodeState) -> None:
         self.records.append(AcceptanceRecord())
-        self.proposer.begin(state)
+        super().begin(state)
 
     def propose(self, state: DecodeState) -> Draft:
         self._logits = None
-        return self.proposer.propose(state)
+        return super().propose(state)
 
     def score(self, state: DecodeState, ids: list) -> torch.Tensor:
-        self._logits = self.proposer.score(state, ids)
+        self._logits = super().score(state, ids)
         return self._logits
 
     def on_verified(self, state: DecodeState, outcome: StepOutcome) -> None:
-        self.proposer.on_verified(state, outcome)
+        super().on_verified(state, outcome)
         draft, record = outcome.draft, self.records[-1]
         n = len(draft)
         if n == 0:
@@ -177,9 +164,6 @@ class AcceptanceProbe(Proposer):
         for r in self.records[-last:] if last else self.records:
             out = out.add(r)
         return out
-
-    def __repr__(self) -> str:
-        return f"AcceptanceProbe({self.proposer!r})"
 
 
 def _build(name: str, model, k, draft_sampling: str) -> Proposer:

@@ -1,6 +1,7 @@
 """Adaptive K: proposer wrappers that change how many tokens the wrapped proposer drafts, step by step.
 
-Why it stays lossless: a wrapper only sets the inner proposer's ``k`` before each ``propose``;
+Why it stays lossless: a wrapper only sets the inner proposer's ``k`` (``ProposerWrapper.k``
+passes it down, through any other wrapper in between);
 the draft itself, its verification and the rollback are untouched. Verification accepts exactly
 the drafted tokens the target would have produced (greedy) or keeps the target's distribution
 (sampling) whatever the draft length, so any rule for choosing k, even one that reads the
@@ -40,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..analysis import as_verify_cost as _as_verify_cost
-from .base import DecodeState, Draft, Proposer, StepOutcome
+from .base import DecodeState, Draft, Proposer, ProposerWrapper, StepOutcome, check_k
 
 
 @dataclass(frozen=True)
@@ -52,10 +53,11 @@ class StepRecord:
     accepted: int  # drafted tokens the target accepted
 
 
-class AdaptiveK(Proposer):
-    """Base wrapper: delegates everything to ``proposer`` (every capability declared on Proposer)
-    and sets ``proposer.k = self.k`` before each ``propose``. Subclasses implement :meth:`update`
-    (and :meth:`reset` for their state).
+class AdaptiveK(ProposerWrapper):
+    """Base controller: chooses ``k`` after every step; everything else is the wrapped proposer's
+    (:class:`ProposerWrapper` forwards it). ``k`` is the wrapped proposer's own k, so the k chosen
+    here is the one it drafts with, even through another wrapper. Subclasses implement
+    :meth:`update` (and :meth:`reset` for their state).
 
     k_init: the first step's k (default: the wrapped proposer's k); k_min / k_max bound every
     choice (k_max None = no upper bound). carry_over: keep the learned k and statistics from one
@@ -64,19 +66,14 @@ class AdaptiveK(Proposer):
     request; ``k_trace`` the k of every step.
     """
 
-    name = "adaptive"
-
     def __init__(self, proposer: Proposer, k_init: int | None = None, k_min: int = 1, k_max: int | None = None,
                  carry_over: bool = False):
-        if not isinstance(proposer, Proposer):
-            raise TypeError(f"proposer must be a specdecode_ref.proposers.Proposer, got {type(proposer).__name__}")
+        super().__init__(proposer)  # checks the type
         if not isinstance(k_min, int) or k_min < 1:
             raise ValueError(f"k_min must be an int >= 1, got {k_min!r}")
         if k_max is not None and (not isinstance(k_max, int) or k_max < k_min):
             raise ValueError(f"k_max must be None or an int >= k_min={k_min}, got {k_max!r}")
-        k0 = proposer.k if k_init is None else k_init
-        super().__init__(k0)  # validates k0
-        self.proposer = proposer
+        k0 = check_k(proposer.k if k_init is None else k_init)
         self.k_min, self.k_max = k_min, k_max
         self.k_init = self._clip(k0)
         self.k = self.k_init
@@ -114,34 +111,12 @@ class AdaptiveK(Proposer):
             self.reset()
         self._started = True
 
-    # Every capability declared on Proposer is the wrapped proposer's: a wrapper that dropped one
-    # would run, for instance, early exit without its own scorer, on a cache its draft has already
-    # written to (tests/proposers/test_adaptive.py checks that none is left out).
-    @property
-    def needs_hidden_states(self) -> bool:
-        return self.proposer.needs_hidden_states
-
-    @property
-    def scores_draft(self) -> bool:
-        return self.proposer.scores_draft
-
-    def score(self, state: DecodeState, ids: list):
-        return self.proposer.score(state, ids)
-
-    @property
-    def draft_sampling(self) -> str:
-        return self.proposer.draft_sampling
-
-    def check_compatible(self, target) -> None:
-        self.proposer.check_compatible(target)
-
     def begin(self, state: DecodeState) -> None:
         self.start_request()
-        self.proposer.begin(state)
+        super().begin(state)
 
     def propose(self, state: DecodeState) -> Draft:
-        self.proposer.k = self.k
-        draft = self.proposer.propose(state)
+        draft = super().propose(state)
         if isinstance(draft, Draft) and draft.is_tree:
             # k here is a chain length learned from "all accepted or not"; a tree has a node budget
             # and is never accepted whole, so the controller would only ever shrink it.
@@ -150,7 +125,7 @@ class AdaptiveK(Proposer):
         return draft
 
     def on_verified(self, state: DecodeState, outcome: StepOutcome) -> None:
-        self.proposer.on_verified(state, outcome)
+        super().on_verified(state, outcome)
         self.observe(len(outcome.draft), outcome.num_accepted)
 
     @property

@@ -8,8 +8,10 @@ import torch
 
 from specdecode_ref import SamplingParams, autoregressive_generate, chat_ids, generate
 from specdecode_ref.measure.replay import draft_match_profile, replay
+from specdecode_ref.measure.sampling_regime import AcceptanceProbe
 from specdecode_ref.proposers.adaptive import AdaptiveK, FixedK, GoodputK, HeuristicK
 from specdecode_ref.proposers import DecodeState, Draft, NgramProposer, Proposer, StepOutcome, load_proposer
+from specdecode_ref.proposers.base import ProposerWrapper
 
 RISING = lambda k: 1.0 + 0.1 * k  # noqa: E731  a verify cost that grows with k, so long drafts must earn their keep
 
@@ -221,12 +223,21 @@ def test_bad_arguments():
 
 # ---- wrappers pass on every capability -----------------------------------------------------
 
+# The K controllers, also run around the real model's drafters below.
 WRAPPERS = {"fixed": FixedK, "heuristic": HeuristicK,
             "goodput": lambda p: GoodputK(p, verify_cost=RISING, k_max=6)}
+# Every wrapper of the package, alone and nested both ways.
+ALL_WRAPPERS = {**WRAPPERS,
+                "adaptive": AdaptiveK,
+                "probe": lambda p: AcceptanceProbe(p, predict=False),
+                "probe(heuristic)": lambda p: AcceptanceProbe(HeuristicK(p), predict=False),
+                "heuristic(probe)": lambda p: HeuristicK(AcceptanceProbe(p, predict=False)),
+                "goodput(fixed(probe))": lambda p: GoodputK(FixedK(AcceptanceProbe(p, predict=False)),
+                                                            verify_cost=RISING, k_max=6)}
 # Public names on Proposer that a wrapper keeps as its own, and why.
 NOT_FORWARDED = {
     "name": "a wrapper names itself after the proposer it wraps, e.g. HeuristicK(ngram)",
-    "batch_proposer": "the default copies the wrapper once per row, so every row keeps its own adaptive K",
+    "batch_proposer": "a fork of the whole wrapper per row, so every row keeps its own adaptive K and records",
 }
 RETURNED = object()
 
@@ -243,10 +254,13 @@ def capabilities() -> list:
     return sorted(n for n in vars(Proposer) if not n.startswith("_") and n not in NOT_FORWARDED)
 
 
+def example_state() -> DecodeState:
+    return DecodeState(target=torch.nn.Linear(1, 1), sampling=SamplingParams(), generator=None,
+                       prompt_len=1, token_list=[1, 2])
+
+
 def example_args(name: str) -> tuple:
-    state = DecodeState(target=torch.nn.Linear(1, 1), sampling=SamplingParams(), generator=None,
-                        prompt_len=1, token_list=[1, 2])
-    examples = {"target": torch.nn.Linear(1, 1), "state": state, "ids": [2, 5],
+    examples = {"target": torch.nn.Linear(1, 1), "state": example_state(), "ids": [2, 5],
                 "outcome": StepOutcome(Draft(torch.tensor([5])), 1, [5, 6])}
     params = list(inspect.signature(getattr(Proposer, name)).parameters)[1:]
     missing = [p for p in params if p not in examples]
@@ -257,16 +271,21 @@ def example_args(name: str) -> tuple:
 def unforwarded(wrap) -> list:
     """The capabilities of Proposer that ``wrap(inner)`` does not pass on to ``inner``: a hook the
     wrapper does not call on inner with the same arguments (returning inner's result when the hook
-    returns something), a flag it does not read from inner at the time it is asked."""
+    returns something), a flag it does not read from inner at the time it is asked; and
+    "k (read)" / "k (write)" when ``wrapper.k`` does not read inner's k live, or setting it does
+    not set inner's k. Each hook is called as the engine would, after ``begin``."""
     missing = []
     for name in capabilities():
         inner = Spy(k=2)
         default = getattr(Proposer, name)
         if callable(default):
             args, calls = example_args(name), []
+            wrapper = wrap(inner)
+            if name != "begin":
+                wrapper.begin(example_state())
             setattr(inner, name, lambda *a: calls.append(a) or RETURNED)
             try:
-                result = getattr(wrap(inner), name)(*args)
+                result = getattr(wrapper, name)(*args)
             except NotImplementedError:  # the base class's own hook ran
                 result = None
             returns = inspect.signature(default).return_annotation not in ("None", None)
@@ -279,7 +298,16 @@ def unforwarded(wrap) -> list:
                 ok = ok and getattr(wrapper, name) is value
         if not ok:
             missing.append(name)
-    return missing
+    inner = Spy(k=2)
+    wrapper = wrap(inner)
+    read = write = True
+    for k in (3, 5):
+        inner.k = k  # e.g. a wrapper further in chose it
+        read = read and wrapper.k == k
+    for k in (4, 2):
+        wrapper.k = k
+        write = write and inner.k == k
+    return missing + ["k (read)"] * (not read) + ["k (write)"] * (not write)
 
 
 def plant_old_forwarding(monkeypatch):
@@ -290,20 +318,78 @@ def plant_old_forwarding(monkeypatch):
         init(self, proposer, *args, **kwargs)
         self.needs_hidden_states = proposer.needs_hidden_states
 
-    monkeypatch.setattr(AdaptiveK, "needs_hidden_states", False)
-    monkeypatch.setattr(AdaptiveK, "scores_draft", False)
-    monkeypatch.delattr(AdaptiveK, "score")
+    monkeypatch.setattr(AdaptiveK, "needs_hidden_states", False, raising=False)
+    monkeypatch.setattr(AdaptiveK, "scores_draft", False, raising=False)
+    monkeypatch.setattr(AdaptiveK, "score", Proposer.score, raising=False)
     monkeypatch.setattr(AdaptiveK, "__init__", old_init)
+
+
+def planted(name: str):
+    """A ProposerWrapper that forgets exactly one thing: the capability ``name`` (the base class's
+    default instead of the inner proposer's), or k, kept as its own copy for "k (read)" and
+    written only to that copy for "k (write)"."""
+    if name == "k (read)":
+        def get(self):
+            return self.__dict__.setdefault("_k", self.proposer.k)  # copied once
+
+        def put(self, k):
+            self.__dict__["_k"] = self.proposer.k = k
+        body = {"k": property(get, put)}
+    elif name == "k (write)":
+        def put(self, k):
+            self.__dict__["_k"] = k  # never reaches the inner proposer
+        body = {"k": property(lambda self: self.proposer.k, put)}
+    elif name == "propose":
+        body = {"propose": lambda self, state: Draft.empty()}
+    else:
+        body = {name: vars(Proposer)[name]}
+    return type("Forgets_" + name.replace(" ", "_"), (ProposerWrapper,), body)
+
+
+def wrapper_classes(cls=ProposerWrapper) -> set:
+    out = set()
+    for sub in cls.__subclasses__():
+        out |= {sub} | wrapper_classes(sub)
+    return out
 
 
 def test_capabilities_are_declared_on_the_base():
     assert {"check_compatible", "begin", "propose", "on_verified", "needs_hidden_states", "scores_draft",
-            "score"} <= set(capabilities())
+            "score", "draft_sampling"} <= set(capabilities())
 
 
-@pytest.mark.parametrize("wrapper", WRAPPERS)
+@pytest.mark.parametrize("wrapper", ALL_WRAPPERS)
 def test_wrapper_forwards_every_capability(wrapper):
-    assert unforwarded(WRAPPERS[wrapper]) == []
+    assert unforwarded(ALL_WRAPPERS[wrapper]) == []
+
+
+def test_every_wrapper_is_checked():
+    """Each ProposerWrapper subclass of the package appears in ALL_WRAPPERS (a new wrapper must
+    be added there to be checked)."""
+    spy = Spy(k=2)
+    covered = set()
+    for wrap in ALL_WRAPPERS.values():
+        w = wrap(spy)
+        while isinstance(w, ProposerWrapper):
+            covered.add(type(w))
+            w = w.proposer
+    ours = {c for c in wrapper_classes() if c.__module__.startswith("specdecode_ref.")}
+    assert ours >= {AdaptiveK, FixedK, HeuristicK, GoodputK, AcceptanceProbe}
+    assert ours <= covered
+
+
+def test_the_probe_asks_for_hidden_states_on_top():
+    """With predict=True the probe reads the target's p from the hidden states whatever its drafter
+    needs (the one flag it does not simply take from the wrapped proposer); without, it follows it."""
+    assert AcceptanceProbe(NgramProposer(k=2)).needs_hidden_states
+    assert not AcceptanceProbe(NgramProposer(k=2), predict=False).needs_hidden_states
+    assert HeuristicK(AcceptanceProbe(NgramProposer(k=2))).needs_hidden_states
+
+
+@pytest.mark.parametrize("name", capabilities() + ["k (read)", "k (write)"])
+def test_forwarding_check_catches_a_planted_wrapper(name):
+    assert unforwarded(ProposerWrapper) == []
+    assert unforwarded(planted(name)) == [name]
 
 
 def test_forwarding_check_catches_a_dropped_capability(monkeypatch):
