@@ -112,7 +112,7 @@ def concat_rows(cache, other) -> None:
 
     Continuous batching: requests prefilled on their own join the running batch. The cache with
     fewer slots is left-padded with zero keys and values first; the caller marks those slots
-    empty (batch.RaggedCache's slot positions -1), so no query ever attends to them.
+    empty (``ragged_cache.EMPTY_SLOT`` in RaggedCache.join), so no query ever attends to them.
     """
     mine, theirs = _layers_kv(cache), _layers_kv(other)
     if len(mine) != len(theirs):

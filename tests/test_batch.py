@@ -14,8 +14,10 @@ import pytest
 import torch
 
 import specdecode_ref.batch as batch
+import specdecode_ref.kv as kv
+import specdecode_ref.ragged_cache as ragged_cache
 from specdecode_ref import autoregressive_generate, chat_ids, generate, generate_batch
-from specdecode_ref.batch import RaggedCache
+from specdecode_ref.ragged_cache import RaggedCache
 from specdecode_ref.proposers import Draft, NgramProposer, Proposer, load_proposer
 from specdecode_ref.sampling import SamplingParams
 from specdecode_ref.measure.workloads import load_workloads
@@ -183,8 +185,8 @@ def test_sampled_batch_with_shared_generator_fails(small_vocab_model, monkeypatc
     equality does."""
     prompt = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
     s = SamplingParams(temperature=1.0)
-    real = batch._verify_rows
-    monkeypatch.setattr(batch, "_verify_rows", lambda logits, drafts, sampling, gens: real(
+    real = batch.verify_rows
+    monkeypatch.setattr(batch, "verify_rows", lambda logits, drafts, sampling, gens: real(
         logits, drafts, sampling, [gens[0]] * len(gens)))
     res = generate_batch(small_vocab_model, [prompt] * 8, max_new_tokens=4, sampling=s, seed=0)
     alone = [generate(small_vocab_model, prompt, max_new_tokens=4, sampling=s, seed=i).tokens.tolist() for i in range(8)]
@@ -266,7 +268,7 @@ def test_hidden_state_proposers_refuse_clearly(embedded):
 # --- planted bugs: each one makes the greedy check fail -----------------------------------------
 
 _real_rollback = RaggedCache.rollback
-_real_select_rows = batch.kv.select_rows
+_real_select_rows = kv.select_rows
 
 
 def _same_amount_rollback(self, keep):
@@ -312,9 +314,9 @@ def test_planted_bugs_are_caught(embedded, prompts, budgets, references, ragged,
     elif where == "RaggedCache.position_ids":
         monkeypatch.setattr(RaggedCache, "position_ids", fn)
     elif where == "kv.select_rows":
-        monkeypatch.setattr(batch.kv, "select_rows", fn)
+        monkeypatch.setattr(kv, "select_rows", fn)
     else:
-        monkeypatch.setattr(batch, where, fn)
+        monkeypatch.setattr(ragged_cache, where, fn)
     # Each bug decodes without an error and is caught by its wrong tokens (a crash fails the test).
     bad = mismatched_rows(model, prompts, budgets, references, proposer=ragged())
     assert bad, f"planted bug {bug!r} went unnoticed"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from specdecode_ref import kv
-from specdecode_ref.engine import _validate
+from specdecode_ref.request import validate_prompt
 from specdecode_ref.verify import greedy_verify
 
 
@@ -59,7 +59,7 @@ def rollback(cache, keep_len):
 
 def speculative_greedy(target_model, draft_model, prompt_ids, k, max_new_tokens, on_step=None):
     _check_k(k)
-    prompt = _validate(target_model, prompt_ids, max_new_tokens)  # empty prompt, budget, window
+    prompt = validate_prompt(target_model, prompt_ids, max_new_tokens)  # empty prompt, budget, window
     vt = target_model.get_output_embeddings().weight.shape[0]
     vd = draft_model.get_output_embeddings().weight.shape[0]
     if vt != vd:

@@ -148,18 +148,19 @@ def test_your_functions_drive_the_engine(lab, monkeypatch):
     """Your five functions inside generate_batch (rows of different lengths, ragged acceptance,
     rows finishing early, frequent compaction): every row equals plain greedy decoding alone."""
     import specdecode_ref.batch as engine
+    import specdecode_ref.ragged_cache as cache
     from specdecode_ref import autoregressive_generate, generate_batch
     from specdecode_ref.proposers import Draft, Proposer
 
-    monkeypatch.setattr(engine, "left_pad_layout", lambda rows, lengths, pad=0, device=None: tuple(
+    monkeypatch.setattr(cache, "left_pad_layout", lambda rows, lengths, pad=0, device=None: tuple(
         torch.as_tensor(x, dtype=torch.long).to(device) for x in lab.step_layout(rows, lengths, pad)))
-    monkeypatch.setattr(engine, "ragged_attention_mask", lambda s, q, dtype: torch.as_tensor(
+    monkeypatch.setattr(cache, "ragged_attention_mask", lambda s, q, dtype: torch.as_tensor(
         lab.ragged_attention_mask(s, q, dtype)))
     monkeypatch.setattr(engine, "greedy_verify_rows", lambda logits, drafts: (
         lambda e, a: ([[int(t) for t in r] for r in e], [int(x) for x in a]))(*lab.verify_rows(logits, drafts)))
-    monkeypatch.setattr(engine, "rollback_slot_positions", lambda s, keep: torch.as_tensor(
+    monkeypatch.setattr(cache, "rollback_slot_positions", lambda s, keep: torch.as_tensor(
         lab.rollback(s.clone(), list(keep)), dtype=torch.long))
-    monkeypatch.setattr(engine, "compaction_index", lambda s: tuple(
+    monkeypatch.setattr(cache, "compaction_index", lambda s: tuple(
         torch.as_tensor(x, dtype=torch.long) for x in lab.compaction_index(s)))
 
     model = tiny_llama(seed=5)

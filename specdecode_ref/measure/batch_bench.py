@@ -37,7 +37,8 @@ import numpy as np
 import torch
 
 from ..analysis import expected_tokens_per_step
-from ..batch import RaggedCache, generate_batch
+from ..batch import generate_batch
+from ..ragged_cache import RaggedCache
 from ..engine import eos_token_ids
 from . import timing
 
@@ -216,7 +217,7 @@ class StepProfiler:
     * layout: left-padding the rows' new tokens and their positions (``RaggedCache.layout``);
     * mask: the 4-D attention mask over the cache (``ragged_attention_mask``);
     * forward: the target model itself, scoring every row's ``[last] + draft`` (padded to the widest);
-    * verify: ``_verify_rows``; rollback: ``RaggedCache.rollback`` of the target; compact:
+    * verify: ``verify_rows``; rollback: ``RaggedCache.rollback`` of the target; compact:
       ``maybe_compact`` (the check, and the gather when it runs); retire: finished rows leaving the
       batch (target and drafter caches);
     * other: the rest of the step loop (bookkeeping per row: appending tokens, counters, EOS).
@@ -258,14 +259,14 @@ class StepProfiler:
         return timed
 
     def __enter__(self):
-        from .. import batch
+        from .. import batch, ragged_cache
 
         prof = self
-        self._saved = [(batch, "_verify_rows", batch._verify_rows), (batch, "_retire", batch._retire),
-                       (batch, "ragged_attention_mask", batch.ragged_attention_mask)]
+        self._saved = [(batch, "verify_rows", batch.verify_rows), (batch, "_retire", batch._retire),
+                       (ragged_cache, "ragged_attention_mask", ragged_cache.ragged_attention_mask)]
         for cls_attr in ("forward", "layout", "rollback", "maybe_compact"):
             self._saved.append((batch.RaggedCache, cls_attr, getattr(batch.RaggedCache, cls_attr)))
-        real_forward, real_mask = batch.RaggedCache.forward, batch.ragged_attention_mask
+        real_forward, real_mask = batch.RaggedCache.forward, ragged_cache.ragged_attention_mask
 
         def forward(cache, rows_ids, *args, **kwargs):
             if cache.model is not prof.model or prof._in_target_forward:
@@ -293,9 +294,9 @@ class StepProfiler:
                 return real_mask(*args, **kwargs)
             return prof._timer("mask", real_mask)(*args, **kwargs)
 
-        batch._verify_rows = self._timer("verify", batch._verify_rows)
+        batch.verify_rows = self._timer("verify", batch.verify_rows)
         batch._retire = self._timer("retire", batch._retire)
-        batch.ragged_attention_mask = mask
+        ragged_cache.ragged_attention_mask = mask
         batch.RaggedCache.forward = forward
         batch.RaggedCache.layout = self._timer("layout", batch.RaggedCache.layout, target_only=True)
         batch.RaggedCache.rollback = self._timer("rollback", batch.RaggedCache.rollback, target_only=True)

@@ -21,15 +21,16 @@ One scheduler step (:meth:`Scheduler.step`), as in vLLM's v1 engine:
    ``running.pop()``. Then, if nothing was preempted, waiting requests are admitted while the
    token budget, ``max_num_seqs`` and the block pool allow.
 4. Execute: one target forward scores every running request's last committed token plus its
-   drafts (batch.RaggedCache: per-row positions, per-row rollback); the newly admitted requests
+   drafts (ragged_cache.RaggedCache: per-row positions, per-row rollback); the newly admitted requests
    are prefilled in a forward of their own and their cache rows join the batch
-   (``kv.concat_rows``). A padded cache makes one forward cost B x (longest row), so a 300-token
+   (``RaggedCache.join``). A padded cache makes one forward cost B x (longest row), so a 300-token
    prompt in the same forward as 16 decoding rows would cost 16 x 300 positions; vLLM's paged
    kernels put both in one forward without padding.
 5. Verify each row on its own (greedy or rejection sampling, ``vllm/v1/sample/rejection_sampler.py``),
    roll the row back to its accepted length, give back the blocks only rejected drafts needed
-   (``BlockManager.trim``), commit (EOS, max_new_tokens: the single-request engine's
-   ``_Request``), and let finished requests free their blocks and leave.
+   (``BlockManager.trim``), commit (EOS, max_new_tokens, token kinds: ``request.Request.commit``,
+   the same step rule as ``generate`` and ``generate_batch``), and let finished requests free
+   their blocks and leave.
 
 The block accounting governs admission and preemption: it is the budget a paged cache of
 ``num_blocks`` blocks would have. The padded RaggedCache does the compute; :meth:`Scheduler.check`
@@ -48,14 +49,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .. import kv
-from ..batch import (COMPACT_FRACTION, RaggedCache, _clip, _verify_rows, check_compact_fraction, for_row,
-                     prompt_list)
-from ..engine import (ACCEPTED, BONUS, RECOVERED, TARGET, _check_draft, _check_sampling_and_proposer, _Request,
-                      _validate, as_int, check_positive_int, check_seed, context_window, eos_token_ids)
-from ..proposers.base import DecodeState, Draft, Proposer, StepOutcome
+from ..batch import chain_only, for_row, prompt_list, verify_rows
+from ..proposers.base import Draft, Proposer, StepOutcome
 from ..proposers.batch import fork
-from ..sampling import SamplingParams, next_token
+from ..ragged_cache import COMPACT_FRACTION, RaggedCache, check_compact_fraction
+from ..request import (Request, Verdict, as_int, check_positive_int, check_sampling_and_proposer, check_seed,
+                       clip_draft, eos_token_ids, validate_prompt)
+from ..sampling import SamplingParams
 from .blocks import DEFAULT_BLOCK_SIZE, BlockManager
 from .policies import AlwaysOff, AlwaysOn, SpeculationPolicy
 
@@ -66,8 +66,8 @@ WAITING, RUNNING, FINISHED = "waiting", "running", "finished"
 class ServingRequest:
     """One request in the engine: vLLM's ``Request`` (``vllm/v1/request.py``) with our bookkeeping.
 
-    prompt: 1-D LongTensor [L]. ``row`` is the single-request engine's ``_Request`` (tokens, token
-    kinds, EOS, max_new_tokens, SpecStats); its ``state.token_list`` is prompt + output.
+    prompt: 1-D LongTensor [L]. ``row`` is the ``request.Request`` every decoding path keeps (tokens,
+    token kinds, EOS, max_new_tokens, SpecStats); its ``state.token_list`` is prompt + output.
     Times are wall-clock seconds since the run started; steps are scheduler steps.
     """
 
@@ -75,7 +75,7 @@ class ServingRequest:
     prompt: torch.Tensor
     max_new_tokens: int
     arrival_step: int = 0
-    row: _Request | None = None
+    row: Request | None = None
     proposer: Proposer | None = None
     status: str = WAITING
     num_computed_tokens: int = 0  # positions of token_list in the KV cache
@@ -195,7 +195,7 @@ class Scheduler:
                  eos_token_id=None, stop_on_eos: bool = True, check_every_step: bool = False,
                  compact_fraction: float = COMPACT_FRACTION):
         self.model = model
-        self.sampling = _check_sampling_and_proposer(model, sampling, proposer)
+        self.sampling = check_sampling_and_proposer(model, sampling, proposer)
         if proposer is not None and (proposer.needs_hidden_states or getattr(proposer, "scores_draft", False)):
             raise NotImplementedError(f"{proposer!r} reads the target's hidden states or runs the verification "
                                       "itself; the scheduler drafts with proposers that need only token ids "
@@ -217,7 +217,6 @@ class Scheduler:
         self.max_num_batched_tokens, self.max_num_seqs = max_num_batched_tokens, max_num_seqs
         self.seed = check_seed(seed)
         self.eos = set(eos_token_ids(model, eos_token_id)) if stop_on_eos else set()
-        self.window = context_window(model)
         self.device = next(model.parameters()).device
         pad = getattr(model.config, "pad_token_id", None)
         self.pad_token_id = 0 if pad is None else int(pad)
@@ -237,7 +236,7 @@ class Scheduler:
 
     def add_request(self, prompt, max_new_tokens: int, arrival_step: int = 0) -> ServingRequest:
         """Submit a request (a 1-D LongTensor of prompt ids) arriving at ``arrival_step``."""
-        prompt = for_row(len(self.requests), _validate, self.model, prompt, max_new_tokens, what="request")
+        prompt = for_row(len(self.requests), validate_prompt, self.model, prompt, max_new_tokens, what="request")
         arrival_step = for_row(len(self.requests), _check_arrival_step, arrival_step, what="request")
         i = len(self.requests)
         longest = prompt.numel() + max_new_tokens  # a resumed request re-prefills prompt + output
@@ -250,14 +249,10 @@ class Scheduler:
             raise ValueError(f"request {i}: a request of {prompt.numel()} + {max_new_tokens} tokens (+{k} drafts) needs "
                              f"{self.blocks.blocks_needed(longest + k)} blocks of {self.blocks.block_size}; the pool "
                              f"has {self.blocks.num_blocks}, so it could never finish")
-        generator = None
-        if not self.sampling.is_greedy:
-            generator = torch.Generator(device=self.device)
-            generator.manual_seed(self.seed + i)
-        state = DecodeState(target=self.model, sampling=self.sampling, generator=generator,
-                            prompt_len=prompt.numel(), token_list=prompt.tolist())
+        # Request i draws with its own generator, seeded seed + i, as generate_batch's row i does.
         req = ServingRequest(i, prompt, max_new_tokens, arrival_step,
-                             row=_Request(state, None, max_new_tokens, self.eos, self.window),
+                             row=Request.start(self.model, prompt, self.sampling, self.seed + i, max_new_tokens,
+                                               self.eos),
                              proposer=None if self.proposer is None else fork(self.proposer))
         self.requests.append(req)
         self.pending.append(req)
@@ -290,9 +285,8 @@ class Scheduler:
             if k == 0 or req.proposer is None:
                 continue
             draft = req.row.timed(req.proposer.propose, req.row.state)
-            _check_draft(req.proposer, draft)
             # Never draft past the policy's K, the token budget or the context window.
-            req.draft = _clip(draft, min(k, req.row.draft_limit()))
+            req.draft = chain_only(req.row.take_draft(req.proposer, draft, limit=k))
 
     # --- 3. schedule -----------------------------------------------------------------------------
 
@@ -326,7 +320,7 @@ class Scheduler:
             if num_new > budget:
                 break
             if req.draft is not None and len(req.draft) > budget - num_new:
-                req.draft = _clip(req.draft, budget - num_new)
+                req.draft = clip_draft(req.draft, budget - num_new)
             num_spec = 0 if req.draft is None else len(req.draft)
             # vLLM's num_new_tokens = num_tokens_with_spec - num_computed_tokens: the drafts are
             # inside it; num_lookahead_tokens stays 0 (no drafter here writes KV ahead of the target)
@@ -368,45 +362,45 @@ class Scheduler:
             self.cache.select_rows(stay)
 
     def _join(self, new: RaggedCache, reqs: list) -> None:
-        """The prefilled requests' cache rows join the running batch (left-padded to one width)."""
+        """The prefilled requests' cache rows join the running batch."""
         if self.cache is None:
             self.cache, self.cache_rows = new, list(reqs)
             return
-        main = self.cache
-        kv.concat_rows(main.cache, new.cache)
-        width = max(main.num_slots, new.num_slots)
-        pad = lambda sp: torch.nn.functional.pad(sp, (width - sp.shape[1], 0), value=-1)  # noqa: E731
-        main.slot_pos = torch.cat([pad(main.slot_pos), pad(new.slot_pos)], dim=0)
-        main.lengths = main.lengths + new.lengths
-        main.forwards += new.forwards
-        main.time_s += new.time_s
+        self.cache.join(new)
         self.cache_rows = self.cache_rows + list(reqs)
 
-    def _commit(self, req: ServingRequest, emitted: list, kinds: list, num_drafted: int, num_accepted: int,
-                step_s: float, now: float) -> None:
+    def _commit(self, req: ServingRequest, draft: Draft, verdict: Verdict, step_s: float, now: float) -> None:
+        """Commit a verification step (or a resumed request's prefill, a step with nothing drafted)."""
         row = req.row
-        first = req.num_output_tokens == 0
         committed_before = req.num_tokens
-        em = row.append(emitted, kinds)
-        if first:  # the prefill's token, as in generate(): no verification step
-            row.stats.prefill_time_s += step_s
-            req.first_token_time, req.first_token_step = now, self.step_count
-            if req.proposer is not None:
-                row.timed(req.proposer.begin, row.state)
-        else:
-            row.stats.record_step(num_drafted, num_accepted, len(em))
-            self.policy.observe(num_drafted, num_accepted)
-            if req.proposer is not None:
-                draft = req.draft if req.draft is not None else Draft.empty(self.device)
-                row.timed(req.proposer.on_verified, row.state, StepOutcome(draft, num_accepted, em))
-        row.stats.target_forwards += 1
-        row.stats.target_time_s += step_s
-        req.emissions.append((now, self.step_count, len(em)))
-        req.num_computed_tokens = committed_before + num_accepted  # every committed token but the last
+        outcome = row.commit(draft, verdict)
+        self.policy.observe(len(draft), verdict.num_accepted)
+        if req.proposer is not None:
+            row.timed(req.proposer.on_verified, row.state, outcome)
+        self._computed(req, committed_before + verdict.num_accepted, len(outcome.emitted), step_s, now)
+
+    def _commit_first(self, req: ServingRequest, logits: torch.Tensor, step_s: float, now: float) -> None:
+        """The prefill's token, as in generate(): drawn from the target alone, no verification step."""
+        row = req.row
+        committed_before = req.num_tokens
+        emitted = row.commit_first(logits)
+        row.stats.prefill_time_s += step_s
+        req.first_token_time, req.first_token_step = now, self.step_count
+        if req.proposer is not None:
+            row.timed(req.proposer.begin, row.state)
+        self._computed(req, committed_before, len(emitted), step_s, now)
+
+    def _computed(self, req: ServingRequest, num_computed: int, num_emitted: int, step_s: float, now: float) -> None:
+        """After a forward: the request's cache holds every committed token but the last."""
+        req.row.stats.target_forwards += 1
+        req.row.stats.target_time_s += step_s
+        req.emissions.append((now, self.step_count, num_emitted))
+        req.num_computed_tokens = num_computed
         req.draft = None
 
     def _decode(self, decode: dict) -> tuple:
-        """One forward over the running rows: [last committed] + drafts per scheduled row."""
+        """One forward over the running rows: [last committed] + drafts per scheduled row. Returns
+        ([(request, draft, verdict)], the forward's seconds)."""
         if not decode:
             return [], 0.0
         rows_ids = []
@@ -422,31 +416,23 @@ class Scheduler:
         reqs = [self.cache_rows[j] for j in sel]
         drafts = [r.draft if r.draft is not None else Draft.empty(self.device) for r in reqs]
         logits = out.logits.index_select(0, torch.tensor(sel, device=out.logits.device))
-        emitted, accepted = _verify_rows(logits, drafts, self.sampling, [r.row.state.generator for r in reqs])
+        emitted, accepted = verify_rows(logits, drafts, self.sampling, [r.row.state.generator for r in reqs])
         keep = list(self.cache.lengths)
         for j, r, a in zip(sel, reqs, accepted):
             keep[j] = r.num_tokens + a  # roll each row back to its accepted length
         self.cache.rollback(keep)
-        results = []
-        for r, d, em, a in zip(reqs, drafts, emitted, accepted):
-            n = len(d)
-            kinds = [ACCEPTED] * a + [TARGET if n == 0 else (BONUS if a == n else RECOVERED)]
-            results.append((r, em, kinds, n, a))
-        return results, step_s
+        return [(r, d, Verdict.of_chain(d, em, a)) for r, d, em, a in zip(reqs, drafts, emitted, accepted)], step_s
 
     def _prefill(self, reqs: list) -> tuple:
         """The newly admitted requests in one forward of their own (prompt, or prompt + output after
-        a preemption); each samples its next token; their rows then join the batch."""
+        a preemption); their rows then join the batch. Returns ([(request, its last position's
+        logits [V])], the forward's seconds)."""
         if not reqs:
             return [], 0.0
         new = RaggedCache(self.model, len(reqs), pad_token_id=self.pad_token_id)
         out = new.forward([r.token_list[r.num_computed_tokens:] for r in reqs], logits_to_keep=1)
-        results = []
-        for b, r in enumerate(reqs):
-            tok = int(next_token(out.logits[b, -1], self.sampling, r.row.state.generator))
-            results.append((r, [tok], [TARGET], 0, 0))
         self._join(new, reqs)
-        return results, new.time_s
+        return [(r, out.logits[b, -1]) for b, r in enumerate(reqs)], new.time_s
 
     def step(self) -> StepRecord:
         """Arrivals, draft, schedule, execute, verify, commit, retire: one engine iteration."""
@@ -465,15 +451,18 @@ class Scheduler:
         decoded, decode_s = self._decode(decode)
         prefilled, prefill_s = self._prefill(prefill)
         now = self._now()
-        for r, em, kinds, n, a in decoded:
-            self._commit(r, em, kinds, n, a, decode_s, now)
-        for r, em, kinds, n, a in prefilled:
-            self._commit(r, em, kinds, n, a, prefill_s, now)
+        for r, draft, verdict in decoded:
+            self._commit(r, draft, verdict, decode_s, now)
+        for r, logits in prefilled:
+            if r.num_output_tokens == 0:
+                self._commit_first(r, logits, prefill_s, now)
+            else:  # resumed after a preemption: its prefill's token is a plain step's
+                self._commit(r, Draft.empty(self.device), Verdict([r.row.draw(logits)], 0, True), prefill_s, now)
         for r, *_ in decoded + prefilled:
             self.blocks.trim(r)  # give back the slots only rejected drafts needed
         if decoded:  # the decode part of the step, drafting included: what the policy's K cost
-            self.policy.observe_step(len(decoded), k, sum(len(em) for _, em, *_ in decoded),
-                                     now - t_start - prefill_s)
+            emitted = sum(len(verdict.emitted) for _, _, verdict in decoded)
+            self.policy.observe_step(len(decoded), k, emitted, now - t_start - prefill_s)
         self._retire(now)
         if self.cache is not None:
             self.cache.maybe_compact(self.compact_fraction)

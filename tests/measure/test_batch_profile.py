@@ -3,7 +3,7 @@ what it computes, puts the engine's functions back, and its prediction helpers a
 import pandas as pd
 import torch
 
-from specdecode_ref import batch, generate_batch
+from specdecode_ref import batch, generate_batch, ragged_cache
 from specdecode_ref.measure import batch_bench
 from specdecode_ref.proposers import NgramProposer
 
@@ -14,7 +14,7 @@ def _prompts():
 
 
 def test_profile_leaves_outputs_and_engine_unchanged(tiny_model):
-    before = (batch._verify_rows, batch._retire, batch.ragged_attention_mask, batch.RaggedCache.forward,
+    before = (batch.verify_rows, batch._retire, ragged_cache.ragged_attention_mask, batch.RaggedCache.forward,
               batch.RaggedCache.layout, batch.RaggedCache.rollback, batch.RaggedCache.maybe_compact)
     prompts = _prompts()
     ref = generate_batch(tiny_model, prompts, proposer=NgramProposer(k=3), max_new_tokens=12)
@@ -22,7 +22,7 @@ def test_profile_leaves_outputs_and_engine_unchanged(tiny_model):
     res, prof = batch_bench.profile_generate_batch(tiny_model, prompts, proposer=prop, max_new_tokens=12)
     assert [r.tokens.tolist() for r in res] == [r.tokens.tolist() for r in ref]
     assert [r.stats.accepted_lengths for r in res] == [r.stats.accepted_lengths for r in ref]
-    after = (batch._verify_rows, batch._retire, batch.ragged_attention_mask, batch.RaggedCache.forward,
+    after = (batch.verify_rows, batch._retire, ragged_cache.ragged_attention_mask, batch.RaggedCache.forward,
              batch.RaggedCache.layout, batch.RaggedCache.rollback, batch.RaggedCache.maybe_compact)
     assert after == before and "batch_proposer" not in vars(prop)
     assert prof["steps"] == len(prof["forwards"]) == max(r.stats.steps for r in res)
