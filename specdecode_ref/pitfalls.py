@@ -27,7 +27,7 @@ from dataclasses import replace
 import torch
 
 from .sampling import SamplingParams, logits_to_probs
-from .verify import _accepted_length, _assemble, _check, rejection_sample
+from .verify import accepted_length, assemble_output, check_verify_inputs, rejection_sample
 
 
 def resample_from_target(target_probs: torch.Tensor, draft_tokens: torch.Tensor,
@@ -40,7 +40,7 @@ def resample_from_target(target_probs: torch.Tensor, draft_tokens: torch.Tensor,
     from p adds (1 - beta) p(x) on top, so tokens where q >= p end up over-represented.
     Same arguments and return value as :func:`specdecode_ref.verify.rejection_sample`.
     """
-    _check(target_probs, draft_tokens, "target_probs")
+    check_verify_inputs(target_probs, draft_tokens, "target_probs")
     b, k1, v = target_probs.shape
     k = k1 - 1
     p = target_probs.float()
@@ -52,10 +52,10 @@ def resample_from_target(target_probs: torch.Tensor, draft_tokens: torch.Tensor,
     else:
         q_draft = draft_probs.float().gather(2, safe[..., None]).squeeze(-1)
     u = torch.rand((b, k), generator=generator, device=p.device)
-    num_accepted = _accepted_length((u * q_draft < p_draft) & valid)
+    num_accepted = accepted_length((u * q_draft < p_draft) & valid)
     p_next = p[torch.arange(b, device=p.device), num_accepted]
     next_tokens = torch.multinomial(p_next, 1, generator=generator).squeeze(1)  # <- the bug
-    return _assemble(draft_tokens, num_accepted, next_tokens), num_accepted
+    return assemble_output(draft_tokens, num_accepted, next_tokens), num_accepted
 
 
 def reseed_every_draw(target_probs: torch.Tensor, draft_tokens: torch.Tensor,
@@ -70,7 +70,7 @@ def reseed_every_draw(target_probs: torch.Tensor, draft_tokens: torch.Tensor,
     recovered token, so the output is a deterministic function of the draft: the draft x is kept
     exactly when p(x)/q(x) > u, and every rejection produces the same token for a given residual.
     """
-    _check(target_probs, draft_tokens, "target_probs")
+    check_verify_inputs(target_probs, draft_tokens, "target_probs")
     rows_out, acc_out = [], []
     for row in range(target_probs.shape[0]):
         fresh = torch.Generator(device=target_probs.device).manual_seed(seed)  # <- the bug

@@ -23,7 +23,9 @@ from .trees import ROOT, validate_parents
 PLACEHOLDER_TOKEN_ID = -1
 
 
-def _check(scores: torch.Tensor, draft_tokens: torch.Tensor, name: str):
+def check_verify_inputs(scores: torch.Tensor, draft_tokens: torch.Tensor, name: str):
+    """Clear errors for a chain verifier's inputs: scores [B, K+1, V] (named ``name`` in messages)
+    and draft_tokens [B, K] of ids inside the vocabulary."""
     if scores.dim() != 3:
         raise ValueError(f"{name} must be [B, K+1, V], got shape {tuple(scores.shape)}")
     if draft_tokens.dim() != 2:
@@ -39,12 +41,12 @@ def _check(scores: torch.Tensor, draft_tokens: torch.Tensor, name: str):
         raise ValueError(f"draft token id >= vocabulary size {v}: do draft and target share a vocabulary?")
 
 
-def _accepted_length(accept: torch.Tensor) -> torch.Tensor:
+def accepted_length(accept: torch.Tensor) -> torch.Tensor:
     """Length of the all-True prefix of each row: [B, K] bool -> [B] long."""
     return torch.cumprod(accept.long(), dim=1).sum(dim=1)
 
 
-def _assemble(draft_tokens, num_accepted, next_tokens):
+def assemble_output(draft_tokens, num_accepted, next_tokens):
     """[B, K] drafts, [B] accepted lengths, [B] next tokens -> the output rows [B, K+1]."""
     b, k = draft_tokens.shape
     pos = torch.arange(k + 1, device=draft_tokens.device).expand(b, k + 1)
@@ -60,11 +62,11 @@ def greedy_verify(target_logits: torch.Tensor, draft_tokens: torch.Tensor):
     target_logits: [B, K+1, V], the target's scores after the last committed token and after each
     draft. draft_tokens: [B, K] long. Returns ``(tokens [B, K+1] long, num_accepted [B] long)``.
     """
-    _check(target_logits, draft_tokens, "target_logits")
+    check_verify_inputs(target_logits, draft_tokens, "target_logits")
     argmax = target_logits.argmax(dim=-1)  # [B, K+1]
-    num_accepted = _accepted_length(argmax[:, :-1] == draft_tokens)
+    num_accepted = accepted_length(argmax[:, :-1] == draft_tokens)
     next_tokens = argmax.gather(1, num_accepted[:, None]).squeeze(1)
-    return _assemble(draft_tokens, num_accepted, next_tokens), num_accepted
+    return assemble_output(draft_tokens, num_accepted, next_tokens), num_accepted
 
 
 def rejection_sample(target_probs: torch.Tensor, draft_tokens: torch.Tensor,
@@ -81,7 +83,7 @@ def rejection_sample(target_probs: torch.Tensor, draft_tokens: torch.Tensor,
     [B, K] long (PLACEHOLDER_TOKEN_ID pads a shorter row). draft_probs: [B, K, V], the q each
     token was drawn from, or None. Returns ``(tokens [B, K+1] long, num_accepted [B] long)``.
     """
-    _check(target_probs, draft_tokens, "target_probs")
+    check_verify_inputs(target_probs, draft_tokens, "target_probs")
     b, k1, v = target_probs.shape
     k = k1 - 1
     p = target_probs.float()
@@ -97,7 +99,7 @@ def rejection_sample(target_probs: torch.Tensor, draft_tokens: torch.Tensor,
     u = torch.rand((b, k), generator=generator, device=p.device)
     # u < p/q written without the division; q = 0 cannot be drafted, p = 0 is never accepted.
     accept = (u * q_draft < p_draft) & valid
-    num_accepted = _accepted_length(accept)
+    num_accepted = accepted_length(accept)
 
     # Distribution of the one extra token at position num_accepted.
     rows = torch.arange(b, device=p.device)
@@ -119,7 +121,7 @@ def rejection_sample(target_probs: torch.Tensor, draft_tokens: torch.Tensor,
     else:
         residual = p_next
     next_tokens = torch.multinomial(residual, 1, generator=generator).squeeze(1)
-    return _assemble(draft_tokens, num_accepted, next_tokens), num_accepted
+    return assemble_output(draft_tokens, num_accepted, next_tokens), num_accepted
 
 
 # ================================================================================================

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from specdecode_ref.verify import _accepted_length, rejection_sample  # noqa: F401
+from specdecode_ref.verify import accepted_length as _accepted_length, rejection_sample  # noqa: F401
 
 
 def accept_mask(p_draft: torch.Tensor, q_draft: torch.Tensor, u: torch.Tensor) -> torch.Tensor:

@@ -407,7 +407,8 @@ def format_tables(summary) -> str:
     return "\n\n".join(out)
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib.pyplot, on the headless Agg backend outside Jupyter."""
     import matplotlib
 
     if "matplotlib.pyplot" not in sys.modules and not os.environ.get("MPLBACKEND"):
@@ -440,7 +441,7 @@ def plot_speedups(summary, path=None, reference: str = REFERENCE, ax=None):
     import numpy as np
     from matplotlib.colors import TwoSlopeNorm
 
-    plt = _pyplot()
+    plt = pyplot()
     table = speedup_matrix(summary, reference)
     methods, cats = list(table.index), list(table.columns)
     if ax is None:
@@ -533,7 +534,7 @@ def format_cost_curve(curve: dict) -> str:
 
 def plot_cost_curve(curve: dict, ax=None, path=None):
     """Plot T(n) in ms (left axis) and T(n)/T(1) (right axis, same line); returns the Figure."""
-    plt = _pyplot()
+    plt = pyplot()
     if ax is None:
         fig, ax = plt.subplots(figsize=(6, 4))
     else:
@@ -570,7 +571,7 @@ def save_results(df, summary, out_dir, curve: dict | None = None, config: dict |
     paths["json"].write_text(json.dumps(payload, indent=1))
     rows.drop(columns=["token_ids"], errors="ignore").to_csv(paths["per_prompt_csv"], index=False)
     summary.to_csv(paths["summary_csv"], index=False)
-    plt = _pyplot()
+    plt = pyplot()
     plt.close(plot_speedups(summary, paths["speedups_png"]))
     if curve is not None:
         paths["cost_curve_png"] = out / "cost_curve.png"

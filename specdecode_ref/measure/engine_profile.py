@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from ..engine import autoregressive_generate
-from .timing import _sync
+from .timing import sync_device
 
 
 @dataclass
@@ -85,7 +85,7 @@ def _bare_loop(model, prompts, max_new_tokens: int, name: str, static: bool = Fa
         out = model(input_ids=p, past_key_values=cache, use_cache=True, logits_to_keep=1)
         nxt = out.logits[:, -1].argmax(-1, keepdim=True)
         ids = [int(nxt)]
-        _sync(device)
+        sync_device(device)
         t0 = time.perf_counter()
         fwd = 0.0
         for i in range(max_new_tokens - 1):
@@ -94,11 +94,11 @@ def _bare_loop(model, prompts, max_new_tokens: int, name: str, static: bool = Fa
             # as a Python int, the position would be baked into the graph and recompile it).
             kw = {"position_ids": torch.tensor([[n + i]], device=device)} if static else {}
             out = step_forward(input_ids=nxt, past_key_values=cache, use_cache=True, **kw)
-            _sync(device)
+            sync_device(device)
             fwd += time.perf_counter() - f0
             nxt = out.logits[:, -1].argmax(-1, keepdim=True)
             ids.append(int(nxt))
-        _sync(device)
+        sync_device(device)
         decode_s += time.perf_counter() - t0
         forward_s += fwd
         decoded += max_new_tokens - 1
@@ -132,13 +132,13 @@ def operator_share(model, prompt, context: int = 64, steps: int = 8) -> dict:
     cache = DynamicCache(config=model.config)
     out = model(input_ids=p, past_key_values=cache, use_cache=True, logits_to_keep=1)
     nxt = out.logits[:, -1].argmax(-1, keepdim=True)
-    _sync(device)
+    sync_device(device)
     with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU]) as prof:
         t0 = time.perf_counter()
         for _ in range(steps):
             out = model(input_ids=nxt, past_key_values=cache, use_cache=True)
             nxt = out.logits[:, -1].argmax(-1, keepdim=True)
-        _sync(device)
+        sync_device(device)
         wall = time.perf_counter() - t0
     # Top-level operators only (an aten op called by another is inside its parent's time).
     top = [e for e in prof.events() if e.cpu_parent is None and e.name.startswith("aten::")]

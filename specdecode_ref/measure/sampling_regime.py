@@ -257,11 +257,11 @@ def plot_sampling_regime(df, metric: str = "τ", ax=None, path=None):
     (a black tick). Returns the matplotlib Figure; saves it to ``path`` if given."""
     import numpy as np
 
-    from .bench import _pyplot
+    from .bench import pyplot
 
     if metric not in df.columns:
         raise ValueError(f"no column {metric!r}; choose from {list(df.columns)}")
-    plt = _pyplot()
+    plt = pyplot()
     if ax is None:
         fig, ax = plt.subplots(figsize=(max(6.0, 1.4 * df["drafter"].nunique() + 2), 3.6))
     else:
@@ -341,9 +341,9 @@ def main(argv=None) -> int:
         df.to_csv(args.csv, index=False)
         print(f"saved {args.csv}")
     if args.plot:
-        from .bench import _pyplot
+        from .bench import pyplot
 
-        fig, axes = _pyplot().subplots(1, 2, figsize=(16, 4))
+        fig, axes = pyplot().subplots(1, 2, figsize=(16, 4))
         plot_sampling_regime(df, "τ", ax=axes[0])
         plot_sampling_regime(df, "α", ax=axes[1])
         fig.savefig(args.plot, dpi=120)

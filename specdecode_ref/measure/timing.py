@@ -24,7 +24,8 @@ import torch
 BUSY_NOTICE = "NOTICE: BUSY MACHINE"  # the marker check_quiet prints (searchable in saved outputs)
 
 
-def _sync(device) -> None:
+def sync_device(device) -> None:
+    """Wait for queued GPU work on ``device`` (None: the current CUDA device, if any) before a clock is read."""
     if device is None:
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()
@@ -48,10 +49,10 @@ def time_runs(fn: Callable[[], object], repeats: int = 5, warmup: int = 1, devic
         fn()
     times = []
     for _ in range(repeats):
-        _sync(device)
+        sync_device(device)
         t0 = time.perf_counter()
         fn()
-        _sync(device)
+        sync_device(device)
         times.append(time.perf_counter() - t0)
     return times
 

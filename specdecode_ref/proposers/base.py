@@ -269,6 +269,11 @@ class BatchProposer(ABC):
     def keep_rows(self, rows: list) -> None:
         """Only the rows ``rows`` (indices into the current rows) stay in the batch."""
 
+    def row_proposer(self, row: int) -> Proposer:
+        """The proposer that drafted for ``row`` (its k bounds that row's draft): the one proposer
+        when all rows draft together."""
+        return self.proposer
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.proposer!r})"
 
@@ -337,3 +342,6 @@ class PerRowBatchProposer(BatchProposer):
 
     def keep_rows(self, rows: list) -> None:
         self.rows = [self.rows[r] for r in rows]
+
+    def row_proposer(self, row: int) -> Proposer:
+        return self.rows[row]  # an adaptive copy may have moved its own k

@@ -385,7 +385,7 @@ class EagleProposer(Proposer):
         feat, slot, hpar = {}, {}, []
         v, ids = self._top_children(self._last[None])
         for lp, t in zip(v[0].tolist(), ids[0].tolist()):
-            tok.append(t), par.append(-1), score.append(lp), depth.append(1)
+            tok.append(t), par.append(trees.ROOT), score.append(lp), depth.append(1)
         level = list(range(len(tok)))
         past = n - 2  # head cache positions before the root's entry (position N-2, input token x_{N-1})
         for d in range(1, self.depth):

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
+from ..proposers.draft_model import DEFAULT_INIT_LAYERS
+
 
 @dataclass(frozen=True)
 class Recipe:
@@ -29,7 +31,7 @@ class Recipe:
 
 @dataclass(frozen=True)
 class DraftRecipe(Recipe):
-    init_layers: tuple = (0, 1, 2, 3)  # the target layers the draft starts from (lowest held-out loss)
+    init_layers: tuple = DEFAULT_INIT_LAYERS  # the target layers the draft starts from (lowest held-out loss)
     vocab_size: int = 8192  # the reduced draft vocabulary written beside the weights
 
 
