@@ -168,7 +168,7 @@ def run_vllm(model_dir, prompts, *, max_tokens: int, temperature: float = 0.0, t
     """
     ids = _check_job(model_dir, prompts, max_tokens, max_model_len, speculative_config, "run_vllm")
     SamplingParams(temperature=temperature, top_p=top_p)  # the course's checks of the sampling settings
-    dtype, seed = _check_dtype(dtype), _check_seed(seed)
+    dtype, seed, timeout = _check_dtype(dtype), _check_seed(seed), _check_timeout(timeout)
     ok, why = vllm_available()
     if not ok:
         raise RuntimeError(why)
@@ -179,10 +179,15 @@ def run_vllm(model_dir, prompts, *, max_tokens: int, temperature: float = 0.0, t
     return _run_job(job, timeout)
 
 
-def _run_job(job: dict, timeout: float) -> dict:
-    """vllm_job.py on ``job`` in vLLM's environment; its result, or the job's last error lines."""
+def _check_timeout(timeout) -> float:
+    """Seconds a vLLM job may run: a number > 0 (NaN is not)."""
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+    return float(timeout)
+
+
+def _run_job(job: dict, timeout: float) -> dict:
+    """vllm_job.py on ``job`` in vLLM's environment; its result, or the job's last error lines."""
     py = vllm_python()
     with tempfile.TemporaryDirectory(prefix="specdecode-vllm-") as tmp:
         job_path, result_path = Path(tmp, "job.json"), Path(tmp, "result.json")
@@ -250,7 +255,7 @@ def run_vllm_sweep(model_dir, prompts, loads=(1, 4, 16), *, max_tokens: int, spe
     for config in configs:
         ids = _check_job(model_dir, prompts, max_tokens, max_model_len, config, "run_vllm_sweep")
     loads = check_loads(loads)
-    dtype, seed = _check_dtype(dtype), _check_seed(seed)
+    dtype, seed, timeout = _check_dtype(dtype), _check_seed(seed), _check_timeout(timeout)
     ok, why = vllm_available()
     if not ok:
         raise RuntimeError(why)
