@@ -1,9 +1,10 @@
 """Batched speculative decoding: many requests, ragged acceptance, one target forward per step.
 
-Every row is its own request. Per step each active row drafts 0..k tokens (rows may differ), ONE
-target forward scores ``[last committed] + draft`` of every row, each row is verified on its own
-(its own acceptance length, its own generator), and each row's cache is rolled back to its own
-committed length. Rows that hit EOS or their token budget leave the batch. Row i's output equals
+Every row is its own request. Per step each active row drafts 0..k tokens or a tree (rows may
+differ), ONE target forward scores ``[last committed] + draft`` of every row (tree rows with their
+own tree mask, ``score_and_verify``), each row is verified on its own (its own acceptance length,
+its own generator), and each row's cache is rolled back to its own committed length. Rows that
+hit EOS or their token budget leave the batch. Row i's output equals
 ``generate(model, prompts[i], ..., seed=seed + i)`` (greedy: token for token in fp32).
 
 The rows share one padded KV cache (ragged_cache.py: each slot carries the position of the key it
@@ -26,14 +27,16 @@ import time
 
 import torch
 
+from . import trees
 from .proposers.base import Draft, Proposer
 # The padded cache moved to ragged_cache.py; its names stay importable from here.
 from .ragged_cache import (COMPACT_FRACTION, EMPTY_SLOT, RaggedCache, check_compact_fraction,  # noqa: F401
-                           compaction_index, left_pad_layout, rollback_slot_positions)
+                           compaction_index, left_pad_layout, rollback_slot_positions, row_parents)
 from .request import (Request, Verdict, check_sampling_and_proposer, check_seed, eos_token_ids, sync,
                       validate_prompt)
 from .sampling import SamplingParams, logits_to_probs, next_token
-from .verify import PLACEHOLDER_TOKEN_ID, greedy_verify, rejection_sample
+from .verify import (PLACEHOLDER_TOKEN_ID, greedy_verify, rejection_sample, tree_greedy_verify,
+                     tree_rejection_sample)
 
 
 def _as_seeds(seed, n: int) -> list:
@@ -130,12 +133,89 @@ def verify_rows(logits: torch.Tensor, drafts: list, sampling: SamplingParams, ge
     return emitted, accepted
 
 
-def chain_only(draft: Draft) -> Draft:
-    """``draft`` if it is a chain: the batched verification scores chains (rows of different lengths)."""
-    if draft.is_tree:
-        raise NotImplementedError("generate_batch verifies chain drafts only; tree drafts run in generate() "
-                                  "one request at a time")
-    return draft
+def verify_tree_row(logits: torch.Tensor, draft: Draft, sampling: SamplingParams, generator) -> Verdict:
+    """One row's tree draft verified as ``generate`` verifies it (engine._tree_step): logits
+    [n+1, V], row 0 the root (the last committed token), row i+1 node i."""
+    tokens = draft.tokens.to(logits.device).long()
+    if sampling.is_greedy:
+        path, emitted = tree_greedy_verify(logits, draft.parents, tokens)
+    else:
+        q = None if draft.probs is None else draft.probs.to(logits.device)
+        path, emitted = tree_rejection_sample(logits_to_probs(logits, sampling), draft.parents, tokens, generator, q)
+    path = path.tolist()
+    last = path[-1] if path else trees.ROOT
+    ends_at_leaf = not bool((draft.parents == last).any())
+    return Verdict(emitted.tolist(), len(path), ends_at_leaf, None, path)
+
+
+def score_and_verify(cache: RaggedCache, rows: list, drafts: list, sampling: SamplingParams,
+                     want_hidden: bool = False) -> list:
+    """One batched step for the rows of ``cache``: score, verify, roll back. The one place where a
+    batch (generate_batch) or a running server (the scheduler) meets the target.
+
+    rows: per cache row its ``request.Request``, or None for a row with nothing to do this step
+    (it feeds nothing and keeps its cache). drafts: per cache row a Draft, a chain or a tree
+    (ignored for None rows). Each working row feeds its committed tokens not yet in the cache
+    (the last committed token at least: the root) and then its draft, all rows in ONE forward;
+    tree rows get their own tree mask and depth positions (RaggedCache.forward). Each row is then
+    verified on its own, exactly as ``generate`` verifies that request alone, and its cache rolled
+    back to its committed length minus one (tree nodes off the accepted path are discarded).
+
+    Returns per cache row its Verdict (None for idle rows); with ``want_hidden`` each Verdict
+    carries the target's hidden states at the root and the accepted tokens, per layer
+    [num_accepted + 1, H], as ``generate`` hands them to drafters that read them.
+    """
+    work = [j for j, r in enumerate(rows) if r is not None]
+    pending = {j: rows[j].state.token_list[cache.lengths[j]:] for j in work}
+    for j in work:
+        if not pending[j]:
+            raise RuntimeError(f"row {j}: the cache already holds every committed token; nothing to score")
+    rows_ids = [[] for _ in rows]
+    parents = [None for _ in rows]
+    for j in work:
+        rows_ids[j] = pending[j] + drafts[j].tokens.tolist()
+        if drafts[j].is_tree and len(drafts[j]):
+            parents[j] = row_parents(len(pending[j]), drafts[j].parents)
+    lengths_before = list(cache.lengths)
+    kwargs = {"output_hidden_states": True} if want_hidden else {}
+    out = cache.forward(rows_ids, parents=parents, **kwargs)
+    width = out.logits.shape[1]
+    # Column of each working row's root (its last committed token) in the left-padded forward.
+    root = {j: width - len(rows_ids[j]) + len(pending[j]) - 1 for j in work}
+
+    verdicts = [None for _ in rows]
+    chains = [j for j in work if not drafts[j].is_tree or not len(drafts[j])]
+    trees_ = [j for j in work if j not in set(chains)]
+    if chains:  # the chain rows' drafts end at the right edge: verify_rows reads them right-aligned
+        index = torch.tensor(chains, device=out.logits.device)
+        emitted, accepted = verify_rows(out.logits.index_select(0, index), [drafts[j] for j in chains], sampling,
+                                        [rows[j].state.generator for j in chains])
+        for j, em, a in zip(chains, emitted, accepted):
+            verdicts[j] = Verdict.of_chain(drafts[j], em, a)
+    for j in trees_:
+        verdicts[j] = verify_tree_row(out.logits[j, root[j]:], drafts[j], sampling, rows[j].state.generator)
+
+    keep = list(cache.lengths)
+    for j in work:
+        v = verdicts[j]
+        kept = [root[j]] + ([root[j] + 1 + i for i in v.accepted_nodes] if drafts[j].is_tree
+                            else list(range(root[j] + 1, root[j] + 1 + v.num_accepted)))
+        if drafts[j].is_tree and len(drafts[j]):
+            first_node = cache.num_slots - width + root[j] + 1
+            off_path = set(range(len(drafts[j]))) - set(v.accepted_nodes)
+            cache.discard(j, [first_node + i for i in sorted(off_path)])
+        keep[j] = lengths_before[j] + len(pending[j]) + v.num_accepted
+        if want_hidden:
+            cols = torch.tensor(kept, device=out.hidden_states[0].device)
+            v.hidden = tuple(h[j].index_select(0, cols) for h in out.hidden_states)
+    cache.rollback(keep)
+    return verdicts
+
+
+def row_hidden_states(hidden_states: tuple, row: int, length: int) -> tuple:
+    """Row ``row``'s own hidden states from a left-padded forward: per layer [length, H] (its last
+    ``length`` columns)."""
+    return tuple(h[row, h.shape[1] - length:] for h in hidden_states)
 
 
 @torch.inference_mode()
@@ -144,10 +224,12 @@ def generate_batch(model, prompts, proposer: Proposer | None = None, max_new_tok
                    stop_on_eos: bool = True, compact_fraction: float = COMPACT_FRACTION) -> list:
     """Speculative decoding of many requests at once; returns one GenerationResult per prompt, in order.
 
-    prompts: list of 1-D LongTensors [L_i] (different lengths welcome). proposer: what ``generate``
-        accepts (None = plain batched decoding); it drafts for all rows through
-        ``proposer.batch_proposer()`` (the draft model in one forward per draft position, n-gram
-        and other stateless-per-request proposers one copy per row).
+    prompts: list of 1-D LongTensors [L_i] (different lengths welcome). proposer: any proposer
+        ``generate`` accepts (None = plain batched decoding), chains and trees; it drafts for all
+        rows through ``proposer.batch_proposer()`` (the draft model and early exit in one forward
+        per draft position for all rows; n-gram, Medusa, Hydra and EAGLE one copy per row, fed
+        each row's own hidden states). Tree drafts of all rows are verified in the same one
+        forward, each row with its own tree mask. Medusa's typical acceptance is ``generate``'s only.
     max_new_tokens: int, or one per prompt. sampling: SamplingParams (default greedy), shared.
     seed: int (row i's generator gets ``seed + i``) or a list of one seed per prompt; so row i's
         output equals ``generate(model, prompts[i], proposer, ..., seed=seed + i)``.
@@ -162,6 +244,7 @@ def generate_batch(model, prompts, proposer: Proposer | None = None, max_new_tok
     seeds = _as_seeds(seed, len(prompts))
     compact_fraction = check_compact_fraction(compact_fraction)
     batch_proposer = None if proposer is None else proposer.batch_proposer()
+    want_hidden = batch_proposer is not None and batch_proposer.needs_hidden_states
     eos = set(eos_token_ids(model, eos_token_id)) if stop_on_eos else set()
     device = next(model.parameters()).device
     # Each row is a request as generate() keeps it (EOS, budget, kinds, SpecStats); the batch
@@ -174,12 +257,15 @@ def generate_batch(model, prompts, proposer: Proposer | None = None, max_new_tok
     t_start = time.perf_counter()
 
     # Prefill: all prompts in one forward, left-padded; the last column is every row's last token.
-    out = target.forward([r.state.token_list for r in rows], logits_to_keep=1)
+    out = target.forward([r.state.token_list for r in rows], logits_to_keep=1, output_hidden_states=want_hidden)
     prefill_s = target.time_s
     for b, row in enumerate(rows):
         row.commit_first(out.logits[b, -1])
         row.stats.prefill_time_s = row.stats.target_time_s = prefill_s
         row.stats.target_forwards = 1
+        if want_hidden:
+            row.state.prompt_hidden_states = row_hidden_states(out.hidden_states, b, row.state.prompt_len)
+    del out
     if batch_proposer is not None:
         _timed_for_all(rows, batch_proposer.begin, [r.state for r in rows])
     active = _retire(rows, list(range(len(rows))), target, batch_proposer, t_start, device)
@@ -187,27 +273,23 @@ def generate_batch(model, prompts, proposer: Proposer | None = None, max_new_tok
     while active:
         live = [rows[i] for i in active]
         states = [r.state for r in live]
-        # 1. Propose for every row, each draft cut to what its row could still emit.
+        # 1. Propose for every row (a chain or a tree), each draft cut to what its row could still emit.
         if batch_proposer is not None:
             drafts = _timed_for_all(live, batch_proposer.propose, states)
             if len(drafts) != len(live):
                 raise RuntimeError(f"{batch_proposer!r} returned {len(drafts)} drafts for {len(live)} rows")
-            drafts = [chain_only(row.take_draft(batch_proposer.row_proposer(j), d))
-                      for j, (row, d) in enumerate(zip(live, drafts))]
+            drafts = [row.take_draft(batch_proposer.row_proposer(j), d) for j, (row, d) in enumerate(zip(live, drafts))]
         else:
             drafts = [Draft.empty(device) for _ in live]
         # 2. Score every row's [last committed] + draft in one forward, 3. verify each row on its own
         #    and roll each row back to its own committed length (minus the newest token).
-        committed_before = [len(r.state.token_list) for r in live]
         t0 = target.time_s
-        out = target.forward([[r.state.token_list[-1]] + d.tokens.tolist() for r, d in zip(live, drafts)])
+        verdicts = score_and_verify(target, live, drafts, sampling, want_hidden)
         step_s = target.time_s - t0
-        emitted, accepted = verify_rows(out.logits, drafts, sampling, [r.state.generator for r in live])
-        target.rollback([c + a for c, a in zip(committed_before, accepted)])
         # 4. Commit each row's tokens; the batch proposer rolls every row back.
         outcomes = []
-        for row, d, em, a in zip(live, drafts, emitted, accepted):
-            outcomes.append(row.commit(d, Verdict.of_chain(d, em, a)))
+        for row, d, v in zip(live, drafts, verdicts):
+            outcomes.append(row.commit(d, v))
             row.stats.target_forwards += 1
             row.stats.target_time_s += step_s
         if batch_proposer is not None:

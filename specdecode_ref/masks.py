@@ -64,7 +64,8 @@ def unrolled_mask(q: int, step: int, device=None) -> torch.Tensor:
     return torch.cat(blocks, dim=1)[None, None]
 
 
-__all__ = ["causal_mask", "additive_mask", "causal_additive_mask", "tree_attention_mask", "unrolled_mask"]
+__all__ = ["causal_mask", "additive_mask", "causal_additive_mask", "tree_attention_mask", "unrolled_mask",
+           "ragged_attention_mask", "ragged_tree_attention_mask"]
 
 
 def ragged_attention_mask(slot_pos: torch.Tensor, query_pos: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -90,3 +91,19 @@ def ragged_attention_mask(slot_pos: torch.Tensor, query_pos: torch.Tensor, dtype
     mask = torch.zeros(b, n, s, dtype=dtype, device=slot_pos.device)
     mask.masked_fill_(~visible, torch.finfo(dtype).min)
     return mask[:, None]
+
+
+def ragged_tree_attention_mask(slot_pos: torch.Tensor, query_pos: torch.Tensor, new_visible: torch.Tensor,
+                               dtype: torch.dtype) -> torch.Tensor:
+    """The ragged mask [B, 1, N, S] when some rows' new tokens form a tree (tree drafts in a batch).
+
+    new_visible: bool [B, N, N], which of its row's new tokens each new token may see (itself and
+    its ancestors; the diagonal always, so a padding query still sees its own slot). The ragged
+    rule alone would let a node see every new slot at a lower position, its cousins included;
+    the tree rule narrows the last N slots to the ancestors. Slots before them (the committed
+    keys) follow the ragged rule unchanged.
+    """
+    mask = ragged_attention_mask(slot_pos, query_pos, dtype)
+    n, s = query_pos.shape[1], slot_pos.shape[1]
+    mask[:, 0, :, s - n:].masked_fill_(~new_visible.to(mask.device), torch.finfo(dtype).min)
+    return mask

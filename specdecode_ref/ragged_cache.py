@@ -25,8 +25,8 @@ import time
 
 import torch
 
-from . import kv
-from .masks import ragged_attention_mask
+from . import kv, trees
+from .masks import ragged_attention_mask, ragged_tree_attention_mask
 
 # A slot of the cache that holds no key (padding, a rejected draft, a finished neighbour's column);
 # in a layout of new tokens, a padding column.
@@ -47,6 +47,37 @@ def left_pad_layout(rows_ids: list, lengths: list, pad_token_id: int = 0, device
             ids[b, n - len(row):] = torch.as_tensor(row, dtype=torch.long)
             pos[b, n - len(row):] = torch.arange(lengths[b], lengths[b] + len(row))
     return ids.to(device), pos.to(device)
+
+
+def row_parents(num_pending: int, tree_parents) -> torch.Tensor:
+    """The parents of a row's new tokens (LongTensor [num_pending + n], ``trees.ROOT`` first): the
+    ``num_pending`` committed tokens not yet in the cache as a chain, then a draft tree hanging
+    from the last of them (its root, the last committed token). ``tree_parents``: the draft's
+    ``Draft.parents`` [n] (``trees.ROOT`` for the root's children)."""
+    tree_parents = trees.validate_parents(tree_parents)
+    chain = torch.arange(num_pending, dtype=torch.long) - 1
+    below = torch.where(tree_parents == trees.ROOT, num_pending - 1, tree_parents + num_pending)
+    return torch.cat([chain, below])
+
+
+def tree_layout(rows_parents: list, lengths: list, width: int, device=None):
+    """Positions and visibility of left-padded new tokens when rows hold trees.
+
+    rows_parents: per row the parents of its new tokens (``row_parents``; a row of m tokens
+    without a tree passes ``trees.chain_parents(m)``). Returns (query positions [B, width]: row b's
+    token at depth d from its first new token sits at ``lengths[b] + d``, EMPTY_SLOT for padding;
+    visibility [B, width, width]: a token sees itself and its ancestors, a padding column itself).
+    """
+    pos = torch.full((len(rows_parents), width), EMPTY_SLOT, dtype=torch.long)
+    visible = torch.eye(width, dtype=torch.bool).repeat(len(rows_parents), 1, 1)
+    for b, parents in enumerate(rows_parents):
+        m = len(parents)
+        if m == 0:
+            continue
+        depth = trees.tree_depths(parents) - 1  # the first new token is at depth 0
+        pos[b, width - m:] = lengths[b] + depth
+        visible[b, width - m:, width - m:] = trees.ancestor_matrix(parents)
+    return pos.to(device), visible.to(device)
 
 
 def rollback_slot_positions(slot_pos: torch.Tensor, keep: list) -> torch.Tensor:
@@ -101,19 +132,30 @@ class RaggedCache:
         phases would depend on its neighbours' lengths and on the holes of rejected drafts."""
         return query_pos.clamp(min=0)
 
-    def forward(self, rows_ids: list, module=None, **kwargs):
+    def forward(self, rows_ids: list, module=None, parents: list | None = None, **kwargs):
         """Append each row's new tokens (``rows_ids[b]``, a list of ids, may be empty) and run
         ``module`` (default: the model) on them in one forward; returns its output.
 
         The new tokens are left-padded, so column -1 holds every non-empty row's last token
         (``logits_to_keep=1`` works), and row b's tokens are columns ``N - len(rows_ids[b]):``.
+        parents: None when every row's new tokens are a chain (each after the one before);
+        otherwise per row None (a chain) or the parents of its new tokens (``row_parents``: a
+        draft tree after the committed tokens), and each tree node then sits at its row's length
+        plus its depth and sees only its ancestors, as ``trees.tree_attention_mask`` for one request.
         """
         if len(rows_ids) != self.num_rows:
             raise ValueError(f"{len(rows_ids)} rows of ids for a cache of {self.num_rows} rows")
         t0 = time.perf_counter()
         ids, query_pos = self.layout(rows_ids)
-        slot_pos = torch.cat([self.slot_pos, query_pos], dim=1)
-        mask = ragged_attention_mask(slot_pos, query_pos, self.dtype)
+        if parents is not None and any(p is not None for p in parents):
+            rows_parents = [trees.chain_parents(len(r)) if p is None else trees.validate_parents(p, len(r))
+                            for r, p in zip(rows_ids, parents)]
+            query_pos, visible = tree_layout(rows_parents, self.lengths, ids.shape[1], self.device)
+            slot_pos = torch.cat([self.slot_pos, query_pos], dim=1)
+            mask = ragged_tree_attention_mask(slot_pos, query_pos, visible, self.dtype)
+        else:
+            slot_pos = torch.cat([self.slot_pos, query_pos], dim=1)
+            mask = ragged_attention_mask(slot_pos, query_pos, self.dtype)
         module = self.model if module is None else module
         out = module(input_ids=ids, attention_mask=mask, position_ids=self.position_ids(query_pos),
                      past_key_values=self.cache, use_cache=True, **kwargs)
@@ -133,6 +175,14 @@ class RaggedCache:
                 raise ValueError(f"row {b}: cannot roll back a row of {length} positions to {k}")
         self.slot_pos = rollback_slot_positions(self.slot_pos, keep)
         self.lengths = list(keep)
+
+    def discard(self, row: int, slots: list) -> None:
+        """Mark ``slots`` of ``row`` empty (the tree nodes off the accepted path); ``rollback``
+        then sets the row's length. A discarded node's position may lie inside the kept range (a
+        sibling of an accepted node sits at its depth), so rollback by position alone would keep it."""
+        if slots:
+            index = torch.as_tensor(slots, dtype=torch.long, device=self.device)
+            self.slot_pos[row, index] = EMPTY_SLOT
 
     def truncate(self, num_slots: int) -> None:
         """Drop every slot from ``num_slots`` on (all rows): undo forwards, e.g. between timed runs."""

@@ -259,10 +259,81 @@ def test_bad_inputs(tiny_model):
 
 
 @pytest.mark.embedded
-def test_hidden_state_proposers_refuse_clearly(embedded):
+@pytest.mark.parametrize("name", ["medusa", "eagle"])
+def test_rows_draft_what_each_request_drafts_alone(embedded, prompts, budgets, name):
+    """Drafters that read the target's hidden states get each row's own (its prompt's columns in
+    the padded prefill, its root and accepted path after each step): every row then drafts and
+    accepts exactly what ``generate`` does for that request alone (fp32), tree or chain."""
     model, _ = embedded
-    with pytest.raises(NotImplementedError, match="one request at a time"):
-        generate_batch(model, [torch.tensor([1, 2, 3])], proposer=load_proposer("medusa", model))
+    rows = generate_batch(model, prompts, proposer=load_proposer(name, model), max_new_tokens=budgets)
+    for p, m, row in zip(prompts, budgets, rows):
+        alone = generate(model, p, proposer=load_proposer(name, model), max_new_tokens=m)
+        assert row.tokens.tolist() == alone.tokens.tolist()
+        assert (row.stats.drafted, row.stats.accepted_lengths) == (alone.stats.drafted, alone.stats.accepted_lengths)
+
+
+def _tree_logits_alone(model, prompt, tree_ids, parents):
+    """A tree scored after its prompt in one request's own cache, as generate() scores it."""
+    from specdecode_ref import kv, trees
+
+    cache = kv.new_cache(model)
+    out = model(input_ids=prompt[None, :-1], past_key_values=cache, use_cache=True)
+    past = prompt.numel() - 1
+    ids = torch.cat([prompt[-1:], torch.tensor(tree_ids)])[None]
+    return model(input_ids=ids, past_key_values=out.past_key_values, use_cache=True,
+                 attention_mask=trees.tree_attention_mask(parents, past),
+                 position_ids=trees.tree_position_ids(parents, past)).logits[0]
+
+
+def test_each_row_scores_its_tree_as_one_request_would(tiny_model):
+    """Rows of different lengths, two different trees and a chain in ONE batched forward: every
+    row's logits (root and every node) equal that request's own tree forward. This is the
+    property that makes tree rows exact; the planted twin below breaks it."""
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, 64, (n,), generator=g) for n in (7, 3, 11)]
+    row_trees = [[-1, -1, 0, 0, 1, 2], [-1, 0, 1], [-1, -1, -1, 0, 3]]  # the middle one is a chain
+    tree_ids = [torch.randint(0, 64, (len(t),), generator=g).tolist() for t in row_trees]
+
+    def batched():
+        cache = RaggedCache(tiny_model, len(prompts))
+        cache.forward([p[:-1].tolist() for p in prompts])
+        out = cache.forward([[int(p[-1])] + ids for p, ids in zip(prompts, tree_ids)],
+                            parents=[ragged_cache.row_parents(1, t) for t in row_trees])
+        return [out.logits[b, out.logits.shape[1] - len(t) - 1:] for b, t in enumerate(row_trees)]
+
+    with torch.no_grad():
+        alone = [_tree_logits_alone(tiny_model, p, ids, t) for p, ids, t in zip(prompts, tree_ids, row_trees)]
+        rows = batched()
+        for b in range(len(prompts)):
+            torch.testing.assert_close(rows[b], alone[b], atol=1e-4, rtol=1e-4)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(ragged_cache, "ragged_tree_attention_mask", _tree_mask_as_chain)
+            planted = batched()
+    # With cousins visible, some node of each real tree reads the wrong keys.
+    assert all(not torch.allclose(planted[b], alone[b], atol=1e-3) for b in (0, 2))
+    torch.testing.assert_close(planted[1], alone[1], atol=1e-4, rtol=1e-4)  # a chain has no cousins
+
+
+_real_row_hidden_states = batch.row_hidden_states
+
+
+def _hidden_one_position_late(hidden_states, row, length):
+    """Planted: a row's prompt hidden states are off by one position (each position gets the one
+    before it), as when the row's columns are counted from the wrong end of the padding."""
+    return tuple(torch.roll(h, 1, dims=0) for h in _real_row_hidden_states(hidden_states, row, length))
+
+
+@pytest.mark.embedded
+def test_planted_hidden_state_slip_is_caught(embedded, prompts, budgets, monkeypatch):
+    """The check above has power: with each row's prompt features shifted by one position, the
+    batch rows no longer draft what the requests draft alone (the tokens stay exact: lossless)."""
+    model, _ = embedded
+    monkeypatch.setattr(batch, "row_hidden_states", _hidden_one_position_late)
+    rows = generate_batch(model, prompts, proposer=load_proposer("eagle", model), max_new_tokens=budgets)
+    alone = [generate(model, p, proposer=load_proposer("eagle", model), max_new_tokens=m)
+             for p, m in zip(prompts, budgets)]
+    assert [r.tokens.tolist() for r in rows] == [a.tokens.tolist() for a in alone]
+    assert [r.stats.accepted_lengths for r in rows] != [a.stats.accepted_lengths for a in alone]
 
 
 # --- planted bugs: each one makes the greedy check fail -----------------------------------------
@@ -296,6 +367,37 @@ def _select_first_rows(cache, rows):
     _real_select_rows(cache, torch.arange(len(rows)))
 
 
+def _tree_mask_as_chain(slot_pos, query_pos, new_visible, dtype):
+    """Planted: a tree row's nodes follow the ragged rule alone, so they see their cousins."""
+    return ragged_cache.ragged_attention_mask(slot_pos, query_pos, dtype)
+
+
+def _discard_nothing(self, row, slots):
+    """Planted: tree nodes off the accepted path stay in the cache (a sibling sits at an accepted
+    node's position, so later tokens read it)."""
+
+
+TREE_PLANTED = {
+    "off_path_nodes_kept": ("RaggedCache.discard", _discard_nothing),
+}
+
+
+@pytest.mark.embedded
+@pytest.mark.parametrize("bug", sorted(TREE_PLANTED))
+def test_planted_tree_bugs_are_caught(embedded, prompts, budgets, references, monkeypatch, bug):
+    """Tree drafts in a batch (Medusa's 8-node tree, every row's tree in one forward) are exact
+    (test_exactness_matrix) and each of these bugs breaks that."""
+    model, _ = embedded
+    assert not mismatched_rows(model, prompts, budgets, references, proposer=load_proposer("medusa", model))
+    where, fn = TREE_PLANTED[bug]
+    if where == "RaggedCache.discard":
+        monkeypatch.setattr(RaggedCache, "discard", fn)
+    else:
+        monkeypatch.setattr(ragged_cache, where, fn)
+    bad = mismatched_rows(model, prompts, budgets, references, proposer=load_proposer("medusa", model))
+    assert bad, f"planted bug {bug!r} went unnoticed"
+
+
 PLANTED = {
     "same_rollback": ("RaggedCache.rollback", _same_amount_rollback),
     "mask_sees_rejected_and_padding": ("ragged_attention_mask", _mask_without_empty_test),
@@ -317,8 +419,13 @@ def test_planted_bugs_are_caught(embedded, prompts, budgets, references, ragged,
         monkeypatch.setattr(kv, "select_rows", fn)
     else:
         monkeypatch.setattr(ragged_cache, where, fn)
-    # Each bug decodes without an error and is caught by its wrong tokens (a crash fails the test).
-    bad = mismatched_rows(model, prompts, budgets, references, proposer=ragged())
+    # Each bug is caught by its wrong tokens, or by the batch step's own invariant check (a cache
+    # row that claims to hold more than was committed); any other crash fails the test.
+    try:
+        bad = mismatched_rows(model, prompts, budgets, references, proposer=ragged())
+    except RuntimeError as err:
+        assert "already holds every committed token" in str(err), err
+        return
     assert bad, f"planted bug {bug!r} went unnoticed"
 
 

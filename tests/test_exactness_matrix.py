@@ -6,24 +6,26 @@ the first position, partial and longer accepted runs all occur and are rolled ba
 of acceptance lengths is printed: the shipped drafters, trained on chat answers, rarely have four
 drafts in a row accepted on these prompts, so full-length acceptance at k = 4 is exercised by the
 tiny-model tests in tests/proposers/test_drafters.py, and here by the three-head chains), ``generate_batch``
-(each row against that prompt decoded alone), the serving scheduler (with a KV pool too small for
-both requests at full length), and an EOS token that arrives *inside* an accepted draft (generation must stop right
-there, with finish reason "eos", on every path). Paths that do not take a proposer refuse it with
-a message that says why; that refusal is tested too.
+(each row against that prompt decoded alone; tree drafts of both rows verified in one forward), the
+serving scheduler (with a KV pool too small for both requests at full length, so requests are
+preempted and resumed), and an EOS token that arrives *inside* an accepted draft (generation must
+stop right there, with finish reason "eos", on every path). The one combination a batch cannot
+drive, a wrapper around early exit (its batched drafter is early exit's own), is refused with a
+message that says why; that refusal is tested too.
 
-The table this file fills (exact = tested equal to plain; refused = tested error):
+The table this file fills (exact = tested equal to plain):
 
-    proposer          generate k=1  generate deep k  generate_batch  scheduler  EOS inside a draft
-    ngram             exact         exact (k=5)      exact           exact      exact (all paths)
-    draft             exact         exact (k=4)      exact           exact      exact (all paths)
-    draft-fullvocab   exact         exact (k=4)      exact           exact      exact (all paths)
-    early-exit        exact         exact (k=4)      refused         refused    exact (generate)
-    medusa-chain      exact         exact (k=3)*     refused         refused    exact (generate)
-    hydra-chain       exact         exact (k=3)*     refused         refused    exact (generate)
-    eagle             exact         exact (k=4)      refused         refused    exact (generate)
-    medusa (tree)     exact (1 node) exact (8 nodes)  refused        refused    exact (generate)
-    hydra (tree)      exact (1 node) exact (8 nodes)  refused        refused    exact (generate)
-    eagle-tree        exact (1 node) exact (16 nodes) refused        refused    exact (generate)
+    proposer          generate k=1   generate deep k   generate_batch  scheduler  EOS inside a draft
+    ngram             exact          exact (k=5)       exact           exact      exact (all paths)
+    draft             exact          exact (k=4)       exact           exact      exact (all paths)
+    draft-fullvocab   exact          exact (k=4)       exact           exact      exact (all paths)
+    early-exit        exact          exact (k=4)       exact           exact      exact (all paths)
+    medusa-chain      exact          exact (k=3)*      exact           exact      exact (all paths)
+    hydra-chain       exact          exact (k=3)*      exact           exact      exact (all paths)
+    eagle             exact          exact (k=4)       exact           exact      exact (all paths)
+    medusa (tree)     exact (1 node) exact (8 nodes)   exact           exact      exact (all paths)
+    hydra (tree)      exact (1 node) exact (8 nodes)   exact           exact      exact (all paths)
+    eagle-tree        exact (1 node) exact (16 nodes)  exact           exact      exact (all paths)
 
     * three heads: a chain of Medusa or Hydra heads drafts at most 3 tokens.
 """
@@ -45,9 +47,7 @@ NEW = 32
 DEEP = {"ngram": 5, "draft": 4, "draft-fullvocab": 4, "early-exit": 4, "medusa-chain": 3, "hydra-chain": 3,
         "eagle": 4, "medusa": None, "hydra": None, "eagle-tree": None}
 TREES = {"medusa", "hydra", "eagle-tree"}
-BATCHED = {"ngram", "draft", "draft-fullvocab"}  # proposers that draft from token ids alone
 NAMES = sorted(DEEP)
-REFUSED = "reads the target's hidden states or runs the verification itself"
 
 
 @pytest.fixture(scope="module")
@@ -127,20 +127,27 @@ MANY_REQUEST_PATHS = {"generate_batch": _batch_outputs, "scheduler": _served_out
 
 @pytest.mark.parametrize("path", sorted(MANY_REQUEST_PATHS))
 @pytest.mark.parametrize("name", NAMES)
-def test_many_request_paths_are_exact_per_request_or_refuse(embedded, cases, name, path):
+def test_many_request_paths_are_exact_per_request(embedded, cases, name, path):
     """Each row of a batch, and each request the scheduler serves (with preemption), equals that
-    prompt decoded alone; a proposer the path cannot draft with is refused with the reason."""
+    prompt decoded alone, for every registered proposer, chains and trees."""
     model, _ = embedded
     prompts = [ids for ids, _ in cases]
     proposer = _proposer(model, name, DEEP[name])
-    run = MANY_REQUEST_PATHS[path]
-    if name not in BATCHED:
-        with pytest.raises(NotImplementedError, match=REFUSED):
-            run(model, prompts, proposer)
-        return
-    outputs, accepted = run(model, prompts, proposer)
+    outputs, accepted = MANY_REQUEST_PATHS[path](model, prompts, proposer)
     assert outputs == [plain.tolist() for _, plain in cases], f"{name}: a request differs from its prompt alone"
     assert accepted > 0
+
+
+@pytest.mark.parametrize("path", sorted(MANY_REQUEST_PATHS))
+def test_a_wrapped_early_exit_is_refused_in_a_batch(embedded, cases, path):
+    """Early exit verifies in one request's own cache; in a batch it drafts through its own batched
+    form, which a wrapper (here adaptive K) hides: refused, with the reason and the way out."""
+    from specdecode_ref.proposers.adaptive import AdaptiveK
+
+    model, _ = embedded
+    wrapped = AdaptiveK(load_proposer("early-exit", model, k=4))
+    with pytest.raises(NotImplementedError, match="runs the verification forward itself"):
+        MANY_REQUEST_PATHS[path](model, [ids for ids, _ in cases], wrapped)
 
 
 def _eos_inside_a_draft(run, plain):
@@ -164,11 +171,11 @@ def test_eos_inside_an_accepted_draft_stops_there(embedded, cases, deep_runs, na
         out = generate(model, ids, proposer=proposer, max_new_tokens=NEW, eos_token_id=eos)
         assert out.tokens.tolist() == plain[: j + 1].tolist() and out.finish_reason == "eos", name
         assert out.token_kinds[-1] == ACCEPTED  # it ended inside the draft, not on a bonus token
-    if name in BATCHED:
-        ids, plain, (j, eos) = found[0]
-        prompts = [ids, cases[0][0] if ids is not cases[0][0] else cases[1][0]]
-        rows = generate_batch(model, prompts, proposer=proposer, max_new_tokens=NEW, eos_token_id=eos)
-        assert rows[0].tokens.tolist() == plain[: j + 1].tolist() and rows[0].finish_reason == "eos"
-        served = _serve(model, prompts, proposer, [NEW, NEW], eos_token_id=eos)
-        first = served.requests[0]
-        assert first.output == plain[: j + 1].tolist() and first.row.finish == "eos"
+    # Every proposer decodes in a batch and in the scheduler: the same stop on both paths.
+    ids, plain, (j, eos) = found[0]
+    prompts = [ids, cases[0][0] if ids is not cases[0][0] else cases[1][0]]
+    rows = generate_batch(model, prompts, proposer=proposer, max_new_tokens=NEW, eos_token_id=eos)
+    assert rows[0].tokens.tolist() == plain[: j + 1].tolist() and rows[0].finish_reason == "eos"
+    served = _serve(model, prompts, proposer, [NEW, NEW], eos_token_id=eos)
+    first = served.requests[0]
+    assert first.output == plain[: j + 1].tolist() and first.row.finish == "eos"

@@ -215,9 +215,11 @@ class StepProfiler:
     * draft: the batch proposer's begin, propose and on_verified (n-gram lookups per row, or the
       draft model's forwards);
     * layout: left-padding the rows' new tokens and their positions (``RaggedCache.layout``);
-    * mask: the 4-D attention mask over the cache (``ragged_attention_mask``);
+    * mask: the 4-D attention mask over the cache (``ragged_attention_mask``, and
+      ``ragged_tree_attention_mask`` when rows hold trees);
     * forward: the target model itself, scoring every row's ``[last] + draft`` (padded to the widest);
-    * verify: ``verify_rows``; rollback: ``RaggedCache.rollback`` of the target; compact:
+    * verify: ``verify_rows`` (chain rows) and ``verify_tree_row`` (tree rows); rollback:
+      ``RaggedCache.rollback`` and ``discard`` (tree nodes off the path) of the target; compact:
       ``maybe_compact`` (the check, and the gather when it runs); retire: finished rows leaving the
       batch (target and drafter caches);
     * other: the rest of the step loop (bookkeeping per row: appending tokens, counters, EOS).
@@ -262,11 +264,14 @@ class StepProfiler:
         from .. import batch, ragged_cache
 
         prof = self
-        self._saved = [(batch, "verify_rows", batch.verify_rows), (batch, "_retire", batch._retire),
-                       (ragged_cache, "ragged_attention_mask", ragged_cache.ragged_attention_mask)]
-        for cls_attr in ("forward", "layout", "rollback", "maybe_compact"):
+        self._saved = [(batch, "verify_rows", batch.verify_rows), (batch, "verify_tree_row", batch.verify_tree_row),
+                       (batch, "_retire", batch._retire),
+                       (ragged_cache, "ragged_attention_mask", ragged_cache.ragged_attention_mask),
+                       (ragged_cache, "ragged_tree_attention_mask", ragged_cache.ragged_tree_attention_mask)]
+        for cls_attr in ("forward", "layout", "rollback", "discard", "maybe_compact"):
             self._saved.append((batch.RaggedCache, cls_attr, getattr(batch.RaggedCache, cls_attr)))
         real_forward, real_mask = batch.RaggedCache.forward, ragged_cache.ragged_attention_mask
+        real_tree_mask = ragged_cache.ragged_tree_attention_mask
 
         def forward(cache, rows_ids, *args, **kwargs):
             if cache.model is not prof.model or prof._in_target_forward:
@@ -289,17 +294,22 @@ class StepProfiler:
                     prof.forwards.append({"rows": len(lens), "width": max(lens), "mean_new": float(np.mean(lens)),
                                           "forward_s": dt - inner})
 
-        def mask(*args, **kwargs):
-            if not prof._in_target_forward:
-                return real_mask(*args, **kwargs)
-            return prof._timer("mask", real_mask)(*args, **kwargs)
+        def masker(real):
+            def mask(*args, **kwargs):
+                if not prof._in_target_forward:
+                    return real(*args, **kwargs)
+                return prof._timer("mask", real)(*args, **kwargs)
+            return mask
 
         batch.verify_rows = self._timer("verify", batch.verify_rows)
+        batch.verify_tree_row = self._timer("verify", batch.verify_tree_row)
         batch._retire = self._timer("retire", batch._retire)
-        ragged_cache.ragged_attention_mask = mask
+        ragged_cache.ragged_attention_mask = masker(real_mask)
+        ragged_cache.ragged_tree_attention_mask = masker(real_tree_mask)
         batch.RaggedCache.forward = forward
         batch.RaggedCache.layout = self._timer("layout", batch.RaggedCache.layout, target_only=True)
         batch.RaggedCache.rollback = self._timer("rollback", batch.RaggedCache.rollback, target_only=True)
+        batch.RaggedCache.discard = self._timer("rollback", batch.RaggedCache.discard, target_only=True)
         batch.RaggedCache.maybe_compact = self._timer("compact", batch.RaggedCache.maybe_compact, target_only=True)
         return self
 
@@ -632,3 +642,37 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+# --- one batch against the same prompts one at a time ---------------------------------------------
+
+def batch_against_one_at_a_time(model, prompts: list, max_new_tokens: int = 48, repeats: int = 3):
+    """Plain decoding of the same ``prompts`` (1-D LongTensors, mixed lengths welcome) one request
+    at a time (``generate`` per prompt) and as one batch (``generate_batch``), repeats interleaved.
+
+    Returns a DataFrame, one row per repeat: tokens, alone_s, batch_s, speedup (batch tokens/s over
+    one-at-a-time tokens/s), the batch's prefill_s and the parts of its decode steps
+    (:data:`STEP_PARTS`), and the padding it paid: prefill_padding (share of the padded prefill's
+    positions that are padding, B x longest prompt against the prompts' total).
+    """
+    import pandas as pd
+
+    from ..engine import generate
+
+    device = _device(model)
+    generate_batch(model, prompts[:2], max_new_tokens=4)  # warm-up
+    generate(model, prompts[0], max_new_tokens=4)
+    lens = [len(p) for p in prompts]
+    rows = []
+    for r in range(repeats):
+        alone, alone_s = _timed(device, lambda: [generate(model, p, max_new_tokens=max_new_tokens) for p in prompts])
+        t0 = time.perf_counter()
+        res, prof = profile_generate_batch(model, prompts, max_new_tokens=max_new_tokens)
+        batch_s = time.perf_counter() - t0
+        n_alone, n_batch = sum(len(x.tokens) for x in alone), sum(len(x.tokens) for x in res)
+        rows.append({"repeat": r, "B": len(prompts), "tokens": n_batch, "alone_s": alone_s, "batch_s": batch_s,
+                     "speedup": (n_batch / batch_s) / (n_alone / alone_s),
+                     "same_tokens": [x.tokens.tolist() for x in alone] == [x.tokens.tolist() for x in res],
+                     "prefill_padding": 1 - sum(lens) / (len(lens) * max(lens)),
+                     **{key: prof[key] for key in ("prefill_s", "decode_s", "steps", *STEP_PARTS)}})
+    return pd.DataFrame(rows)

@@ -247,7 +247,14 @@ class ProposerWrapper(Proposer):
 # ---- drafting for a whole batch (generate_batch); proposers/batch.py re-exports these ----------
 
 class BatchProposer(ABC):
-    """Drafts for the active rows of a batch. Row lists are in the batch's current order."""
+    """Drafts for the active rows of a batch. Row lists are in the batch's current order.
+
+    ``needs_hidden_states``: the engine hands each row its own hidden states, as ``generate``
+    does for one request (``DecodeState.prompt_hidden_states`` in begin / add_rows,
+    ``StepOutcome.hidden_states`` in on_verified).
+    """
+
+    needs_hidden_states = False
 
     def __init__(self, proposer: Proposer):
         self.proposer = proposer
@@ -256,6 +263,11 @@ class BatchProposer(ABC):
     @abstractmethod
     def begin(self, states: list) -> None:
         """All rows start (prompts in ``states[b].token_list``, first token already committed)."""
+
+    @abstractmethod
+    def add_rows(self, states: list) -> None:
+        """Rows join after the current ones (a server admits requests while others decode; a
+        preempted request comes back), their first token committed as in ``begin``."""
 
     @abstractmethod
     def propose(self, states: list) -> list:
@@ -316,22 +328,39 @@ def fork(proposer: Proposer) -> Proposer:
     return copy.deepcopy(proposer, shared_weights(proposer))
 
 
+def refuse_own_scorer(proposer: Proposer) -> None:
+    """A proposer that runs the verification forward itself (``scores_draft``: early exit reuses
+    the draft's keys in ONE request's cache) cannot be driven per row of a shared batch cache."""
+    if proposer.scores_draft:
+        raise NotImplementedError(
+            f"{proposer!r} runs the verification forward itself in one request's cache; in a batch "
+            "or a server it drafts through its own batch_proposer() (early exit's draws all rows "
+            "in one forward), which a wrapper around it cannot use. Decode it with generate(), "
+            "or pass the early-exit proposer unwrapped.")
+
+
 class PerRowBatchProposer(BatchProposer):
-    """One copy of ``proposer`` per row, each driven exactly as ``generate`` drives it."""
+    """One copy of ``proposer`` per row, each driven exactly as ``generate`` drives it (with
+    the row's own hidden states when it reads them: Medusa, Hydra, EAGLE)."""
 
     def __init__(self, proposer: Proposer):
-        if proposer.needs_hidden_states or getattr(proposer, "scores_draft", False):
-            raise NotImplementedError(
-                f"{proposer!r} reads the target's hidden states or runs the verification itself; "
-                "generate_batch supports plain decoding, n-gram and draft-model proposers (and any "
-                "proposer that needs only the token ids). Decode it with generate(), one request at a time.")
+        refuse_own_scorer(proposer)
         super().__init__(proposer)
         self.rows: list = []
 
+    @property
+    def needs_hidden_states(self) -> bool:
+        return self.proposer.needs_hidden_states
+
     def begin(self, states: list) -> None:
-        self.rows = [fork(self.proposer) for _ in states]
-        for p, s in zip(self.rows, states):
+        self.rows = []
+        self.add_rows(states)
+
+    def add_rows(self, states: list) -> None:
+        for s in states:
+            p = fork(self.proposer)
             p.begin(s)
+            self.rows.append(p)
 
     def propose(self, states: list) -> list:
         return [p.propose(s) for p, s in zip(self.rows, states)]

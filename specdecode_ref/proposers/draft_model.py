@@ -197,34 +197,68 @@ class BatchedDraftModelProposer(BatchProposer):
     Its cache keeps the engine's invariant per row (every committed token except the last): a
     step first feeds each row's pending tokens (1, or 2 after a fully accepted draft, or the whole
     prompt at the first step), left-padded, then k-1 single-token forwards; ``on_verified`` rolls
-    each row back to ``committed_before + num_accepted``, its own length.
+    each row back to its committed length minus one. Rows that join a running batch (``add_rows``,
+    the scheduler) are prefilled in a forward of their own and their cache rows joined.
+
+    A subclass drafts with another causal stack (early_exit.BatchedEarlyExitProposer: the target's
+    first layers and the exit adapter) by overriding ``_new_cache`` and ``_last_logits``.
     """
 
     def __init__(self, proposer):
         super().__init__(proposer)
         self.cache = None
+        self.head = proposer.head  # a VocabHead over the draft vocabulary, or None (the full vocabulary)
 
-    def begin(self, states: list) -> None:
-        self.cache = RaggedCache(self.proposer.model, len(states))
+    def _new_cache(self, num_rows: int) -> RaggedCache:
+        return RaggedCache(self.proposer.model, num_rows)
 
-    def _logits(self, rows_ids: list) -> torch.Tensor:
-        """Feed each row's ids after its cached prefix; logits at each row's last id [B, V']."""
+    def _last_logits(self, cache: RaggedCache, rows_ids: list) -> torch.Tensor:
+        """Feed each row's ids after its cached prefix; the logits at each row's last id [B, V']."""
         p = self.proposer
         if p.head is None:
-            out = self.cache.forward(rows_ids, logits_to_keep=1)
+            out = cache.forward(rows_ids, logits_to_keep=1)
             return fit_logits(out.logits[:, -1], p.target_size, p.shared_tokens)
-        out = self.cache.forward(rows_ids, module=p.model.model)
+        out = cache.forward(rows_ids, module=p.model.model)
         return p.head.logits(out.last_hidden_state[:, -1])
+
+    def _widen(self, full: torch.Tensor) -> torch.Tensor:
+        return fit_logits(full, self.proposer.target_size, None)
+
+    def _check_ids(self, pending: list) -> None:
+        p = self.proposer
+        if p.shared_tokens is not None:
+            top = max(max(row) for row in pending)
+            if top >= vocab_size_of(p.model):
+                raise ValueError(f"the target produced id {top}, a row the draft's padded vocabulary "
+                                 f"({vocab_size_of(p.model)} rows) does not have")
+
+    def begin(self, states: list) -> None:
+        self.cache = None
+        self.add_rows(states)
+
+    def add_rows(self, states: list) -> None:
+        """New rows after the current ones. The first rows of a batch are prefilled lazily by the
+        first ``propose`` (their whole prompt is pending); rows joining a running cache get their
+        committed tokens but the last in a forward of their own, then join it (RaggedCache.join)."""
+        if not states:
+            return
+        if self.cache is None or self.cache.num_rows == 0:
+            self.cache = self._new_cache(len(states))
+        elif self.cache.num_slots == 0:  # nobody has drafted yet: everyone is still pending
+            self.cache = self._new_cache(self.cache.num_rows + len(states))
+        else:
+            new = self._new_cache(len(states))
+            self._last_logits(new, [s.token_list[:-1] for s in states])
+            self.cache.join(new)
 
     def _choose(self, logits: torch.Tensor, states: list):
         """The next draft token per row [B] and, when sampling, each row's q [B, V] (its own generator);
         the argmax and no q with draft_sampling="greedy" (drafting.choose_token's rule)."""
-        p = self.proposer
         sampling = states[0].sampling
-        if sampling.is_greedy or p.draft_sampling == "greedy":
+        if sampling.is_greedy or self.proposer.draft_sampling == "greedy":
             index = logits.argmax(-1)
-            return (index if p.head is None else p.head.ids[index]), None
-        full = logits if p.head is None else fit_logits(p.head.full_logits(logits), p.target_size, None)
+            return (index if self.head is None else self.head.to_token(index)), None
+        full = logits if self.head is None else self._widen(self.head.full_logits(logits))
         q = logits_to_probs(full.float(), sampling)
         toks = [torch.multinomial(q[b], 1, generator=s.generator) for b, s in enumerate(states)]
         return torch.cat(toks), q
@@ -232,14 +266,9 @@ class BatchedDraftModelProposer(BatchProposer):
     def propose(self, states: list) -> list:
         if self.cache is None:
             raise RuntimeError("propose() before begin(): the engine calls begin() once per batch")
-        p = self.proposer
         pending = [s.token_list[length:] for s, length in zip(states, self.cache.lengths)]
-        if p.shared_tokens is not None:
-            top = max(max(row) for row in pending)
-            if top >= vocab_size_of(p.model):
-                raise ValueError(f"the target produced id {top}, a row the draft's padded vocabulary "
-                                 f"({vocab_size_of(p.model)} rows) does not have")
-        logits = self._logits(pending)
+        self._check_ids(pending)
+        logits = self._last_logits(self.cache, pending)
         tokens, probs = [], []
         for i in range(self.k):
             tok, q = self._choose(logits, states)
@@ -247,18 +276,19 @@ class BatchedDraftModelProposer(BatchProposer):
             if q is not None:
                 probs.append(q)
             if i + 1 < self.k:
-                logits = self._logits([[t] for t in tok.tolist()])
+                logits = self._last_logits(self.cache, [[t] for t in tok.tolist()])
         tokens = torch.stack(tokens, dim=1).long()  # [B, k]
         probs = torch.stack(probs, dim=1) if probs else None  # [B, k, V]
         return [Draft(tokens[b], None if probs is None else probs[b]) for b in range(len(states))]
 
     def on_verified(self, states: list, outcomes: list) -> None:
-        keep = []
-        for s, o, length in zip(states, outcomes, self.cache.lengths):
-            committed_before = len(s.token_list) - len(o.emitted)
-            keep.append(min(length, committed_before + o.num_accepted))
-        self.cache.rollback(keep)
+        # Entries up to the last accepted draft are exactly what the committed tokens produce; the
+        # invariant keeps every committed token but the last (a discarded draft emits nothing).
+        self.cache.rollback([min(length, len(s.token_list) - 1) for s, length in zip(states, self.cache.lengths)])
         self.cache.maybe_compact()
 
     def keep_rows(self, rows: list) -> None:
-        self.cache.select_rows(rows)
+        if not rows:
+            self.cache = None
+        else:
+            self.cache.select_rows(rows)

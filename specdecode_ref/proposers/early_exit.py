@@ -22,14 +22,18 @@ not the cache.
 """
 from __future__ import annotations
 
+import copy
 import json
+from types import SimpleNamespace
 
 import torch
 
 from .. import decoder, kv
 from ..decoder import run_layers
 from ..masks import causal_mask
+from ..ragged_cache import RaggedCache
 from .base import DecodeState, Draft, Proposer, StepOutcome, resolve_draft_sampling
+from .draft_model import BatchedDraftModelProposer
 from .drafting import draft_chain
 from .shipped import (WEIGHTS_DIR, load_weights, require_embedded, require_file, require_same_target, save_weights,
                       weights_metadata)
@@ -198,6 +202,68 @@ class EarlyExitProposer(Proposer):
                          self.target, self.adapter_cache)
         self._h = []
 
+    def batch_proposer(self) -> "BatchedEarlyExitProposer":
+        """All rows draft together through layers 0..L-1 and the adapter (BatchedEarlyExitProposer)."""
+        return BatchedEarlyExitProposer(self)
+
     def __repr__(self) -> str:
         return (f"EarlyExitProposer(k={self.k}, exit_layer={self.L}, reuse_kv={self.reuse_kv}, "
                 f"draft_vocab={self.head.size})")
+
+
+def layer_at(layer: torch.nn.Module, layer_idx: int) -> torch.nn.Module:
+    """The decoder ``layer`` (same weights, nothing copied) reading and writing cache layer
+    ``layer_idx``: the adapter keeps index 0 in its own one-layer cache, and index L when it
+    follows the target's first L layers in one cache."""
+    view = copy.copy(layer)
+    view._modules = dict(layer._modules)
+    attn = copy.copy(layer.self_attn)
+    attn.layer_idx = layer_idx
+    view._modules["self_attn"] = attn
+    return view
+
+
+class ExitDraftStack:
+    """The early-exit drafter as one causal stack over a batch cache: the target's layers 0..L-1
+    (cache layers 0..L-1), the adapter's layer (cache layer L) and its norm. Called like a
+    transformers decoder by ragged_cache.RaggedCache.forward; returns the normed last states."""
+
+    def __init__(self, proposer: EarlyExitProposer):
+        self.target, self.L = proposer.target, proposer.L
+        self.layer = layer_at(proposer.adapter.layer, proposer.L)
+        self.norm = proposer.adapter.norm
+
+    def __call__(self, input_ids, attention_mask, position_ids, past_key_values, use_cache=True):
+        h = decoder.embed(self.target, input_ids)
+        h = run_layers(self.target, h, position_ids, range(self.L), past_key_values, attention_mask)
+        rope = decoder.rotary(self.target, h, position_ids)
+        h = decoder.run_layer(self.layer, h, position_ids, rope, past_key_values, attention_mask)
+        return SimpleNamespace(past_key_values=past_key_values, last_hidden_state=self.norm(h))
+
+
+class BatchedEarlyExitProposer(BatchedDraftModelProposer):
+    """Early exit for many rows: one draft forward per draft position through the target's first
+    L layers and the adapter, for all rows, in a padded cache of its own (ragged_cache.RaggedCache).
+
+    The drafted tokens are those ``EarlyExitProposer`` drafts for each request alone; what a batch
+    gives up is the KV reuse: the shared cache of one request becomes the batch's target cache,
+    whose rows the verification forward fills for all layers, so the first L layers run again for
+    the drafted tokens (the cost ``reuse_kv=False`` measures in notebook 06).
+    """
+
+    def __init__(self, proposer: EarlyExitProposer):
+        super().__init__(proposer)
+        self.stack = ExitDraftStack(proposer)
+
+    def _new_cache(self, num_rows: int) -> RaggedCache:
+        return RaggedCache(self.proposer.target, num_rows)
+
+    def _last_logits(self, cache: RaggedCache, rows_ids: list) -> torch.Tensor:
+        out = cache.forward(rows_ids, module=self.stack)
+        return self.head.logits(out.last_hidden_state[:, -1])
+
+    def _widen(self, full: torch.Tensor) -> torch.Tensor:
+        return full  # the exit head projects onto the target's own vocabulary
+
+    def _check_ids(self, pending: list) -> None:
+        pass  # the target's own embeddings read every id it produces

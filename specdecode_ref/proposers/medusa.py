@@ -353,6 +353,8 @@ class MedusaProposer(Proposer):
     def on_verified(self, state: DecodeState, outcome: StepOutcome) -> None:
         # hidden_states: root + accepted path; the last row is position N-2, which produced the
         # step's last token (position N-1). Head i then predicts position N+i.
+        if not outcome.emitted:  # a draft a server dropped unscored: nothing changed
+            return
         if outcome.hidden_states is None:
             raise RuntimeError("MedusaProposer needs the verified positions' hidden states (needs_hidden_states)")
         self._feature = outcome.hidden_states[-1][-1]

@@ -3,8 +3,9 @@
 One scheduler step (:meth:`Scheduler.step`), as in vLLM's v1 engine:
 
 1. Arrivals join the waiting queue (FCFS).
-2. Draft: every running request asks its own proposer for up to K tokens, K chosen by the
-   policy (policies.py) for this batch size. The drafted ids become ``spec_token_ids``.
+2. Draft: one batch drafter (``proposer.batch_proposer()``, rows in the cache's order) drafts for
+   every running request, up to K tokens (a tree: K levels), K chosen by the policy (policies.py)
+   for this batch size. The drafted ids become ``spec_token_ids``.
 3. Schedule (``Scheduler.schedule``, vLLM ``Scheduler.schedule`` in
    ``vllm/v1/core/sched/scheduler.py``): there is no prefill or decode phase, only
    ``num_computed_tokens`` (tokens in the KV cache) catching up with ``num_tokens_with_spec``
@@ -15,15 +16,17 @@ One scheduler step (:meth:`Scheduler.step`), as in vLLM's v1 engine:
    n-gram drafting, where ``num_lookahead_tokens`` is 0) and only the accepted ones stay. vLLM's
    ``num_lookahead_tokens`` reserves slots beyond the scheduled tokens, for drafters that write
    their own KV for the next step's drafts (EAGLE, a draft model; ``VllmConfig.num_lookahead_tokens``). When the block pool cannot hold a request, the most recently admitted
-   running request is preempted (recompute-style: its blocks and cache rows are dropped, its
-   output so far kept; it goes back to the front of the waiting queue and is prefilled again,
-   prompt + output, when readmitted), exactly vLLM's ``_preempt_request`` with
-   ``running.pop()``. Then, if nothing was preempted, waiting requests are admitted while the
+   running request is preempted (recompute-style: its blocks, cache row and drafter row are
+   dropped, its output so far kept; it goes back to the front of the waiting queue and is
+   prefilled again, prompt + output, when readmitted, its drafter row started afresh from that
+   prefill), exactly vLLM's ``_preempt_request`` with ``running.pop()``. Then, if nothing was preempted, waiting requests are admitted while the
    token budget, ``max_num_seqs`` and the block pool allow.
 4. Execute: one target forward scores every running request's last committed token plus its
-   drafts (ragged_cache.RaggedCache: per-row positions, per-row rollback); the newly admitted requests
-   are prefilled in a forward of their own and their cache rows join the batch
-   (``RaggedCache.join``). A padded cache makes one forward cost B x (longest row), so a 300-token
+   drafts (``batch.score_and_verify``, the step ``generate_batch`` takes: ragged_cache.RaggedCache
+   with per-row positions, per-row tree masks, per-row rollback); the newly admitted requests are
+   prefilled in a forward of their own, their cache rows join the batch (``RaggedCache.join``) and
+   their drafter rows join the drafter's (``BatchProposer.add_rows``, started from the prefill's
+   hidden states for drafters that read them). A padded cache makes one forward cost B x (longest row), so a 300-token
    prompt in the same forward as 16 decoding rows would cost 16 x 300 positions; vLLM's paged
    kernels put both in one forward without padding.
 5. Verify each row on its own (greedy or rejection sampling, ``vllm/v1/sample/rejection_sampler.py``),
@@ -49,9 +52,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..batch import chain_only, for_row, prompt_list, verify_rows
+from .. import trees
+from ..batch import for_row, prompt_list, row_hidden_states, score_and_verify
 from ..proposers.base import Draft, Proposer, StepOutcome
-from ..proposers.batch import fork
 from ..ragged_cache import COMPACT_FRACTION, RaggedCache, check_compact_fraction
 from ..request import (Request, Verdict, as_int, check_positive_int, check_sampling_and_proposer, check_seed,
                        clip_draft, eos_token_ids, validate_prompt)
@@ -76,7 +79,6 @@ class ServingRequest:
     max_new_tokens: int
     arrival_step: int = 0
     row: Request | None = None
-    proposer: Proposer | None = None
     status: str = WAITING
     num_computed_tokens: int = 0  # positions of token_list in the KV cache
     draft: Draft | None = None  # this step's drafted tokens (vLLM's spec_token_ids)
@@ -179,8 +181,10 @@ def poisson_arrivals(num_requests: int, rate_per_step: float, seed: int = 0) -> 
 class Scheduler:
     """A continuous-batching engine with speculative decoding (see the module docstring).
 
-    model: the target. proposer: any proposer ``generate_batch`` accepts (each request drafts with
-    its own copy; None = no drafting). policy: a SpeculationPolicy (default: always on at the
+    model: the target. proposer: any proposer ``generate_batch`` accepts, chains and trees (None =
+    no drafting); it drafts for the running requests through ``proposer.batch_proposer()``, whose
+    rows follow the cache's (the draft model and early exit in one forward per draft position,
+    Medusa, Hydra, EAGLE and n-gram one copy per request, fed that request's hidden states). policy: a SpeculationPolicy (default: always on at the
     proposer's k, or off without a proposer). num_blocks, block_size: the KV block pool.
     max_num_batched_tokens: the per-step token budget (vLLM's ``max_num_batched_tokens``), prompt
     tokens, committed tokens and drafts all counted; it must hold the longest prompt + output
@@ -196,10 +200,11 @@ class Scheduler:
                  compact_fraction: float = COMPACT_FRACTION):
         self.model = model
         self.sampling = check_sampling_and_proposer(model, sampling, proposer)
-        if proposer is not None and (proposer.needs_hidden_states or getattr(proposer, "scores_draft", False)):
-            raise NotImplementedError(f"{proposer!r} reads the target's hidden states or runs the verification "
-                                      "itself; the scheduler drafts with proposers that need only token ids "
-                                      "(n-gram, draft model)")
+        # One batch drafter for the whole run, its rows those of the cache (refuses what cannot batch).
+        self.drafter = None if proposer is None else proposer.batch_proposer()
+        if self.drafter is not None:
+            self.drafter.begin([])
+        self.want_hidden = self.drafter is not None and self.drafter.needs_hidden_states
         if policy is None:
             policy = AlwaysOff() if proposer is None else AlwaysOn(proposer.k)
         if not isinstance(policy, SpeculationPolicy):
@@ -229,6 +234,7 @@ class Scheduler:
         self.cache: RaggedCache | None = None  # rows = self.cache_rows, in that order
         self.cache_rows: list = []
         self.step_count = 0
+        self._joined: list = []  # requests prefilled this step, not yet given to the drafter
         self.log: list = []
         self._t0: float | None = None
 
@@ -252,8 +258,7 @@ class Scheduler:
         # Request i draws with its own generator, seeded seed + i, as generate_batch's row i does.
         req = ServingRequest(i, prompt, max_new_tokens, arrival_step,
                              row=Request.start(self.model, prompt, self.sampling, self.seed + i, max_new_tokens,
-                                               self.eos),
-                             proposer=None if self.proposer is None else fork(self.proposer))
+                                               self.eos))
         self.requests.append(req)
         self.pending.append(req)
         self.pending.sort(key=lambda r: (r.arrival_step, r.request_id))
@@ -282,19 +287,29 @@ class Scheduler:
     def _draft(self, k: int) -> None:
         for req in self.running:
             req.draft = None
-            if k == 0 or req.proposer is None:
-                continue
-            draft = req.row.timed(req.proposer.propose, req.row.state)
-            # Never draft past the policy's K, the token budget or the context window.
-            req.draft = chain_only(req.row.take_draft(req.proposer, draft, limit=k))
+        if k == 0 or self.drafter is None or not self.cache_rows:
+            return
+        reqs = self.cache_rows  # the running requests, in the cache's (and the drafter's) row order
+        drafts = self._timed(reqs, self.drafter.propose, [r.row.state for r in reqs])
+        for j, (req, draft) in enumerate(zip(reqs, drafts)):
+            # Never draft past the policy's K (a tree: its depth), the token budget or the context window.
+            req.draft = req.row.take_draft(self.drafter.row_proposer(j), draft, limit=k)
+
+    @staticmethod
+    def _timed(reqs: list, fn, *args):
+        """Call a drafter hook for many requests, charging its time to each one's drafting."""
+        t0 = time.perf_counter()
+        out = fn(*args)
+        dt = time.perf_counter() - t0
+        for r in reqs:
+            r.row.stats.draft_time_s += dt
+        return out
 
     # --- 3. schedule -----------------------------------------------------------------------------
 
     def _discard_draft(self, req: ServingRequest) -> None:
-        """Drop a draft that will not be scored; the proposer rolls its state back as after a
-        step that accepted nothing and emitted nothing."""
-        if req.draft is not None and req.proposer is not None:
-            req.row.timed(req.proposer.on_verified, req.row.state, StepOutcome(req.draft, 0, []))
+        """Drop a draft that will not be scored; the drafter rolls the request's row back as after
+        a step that accepted nothing and emitted nothing (``_verified``)."""
         req.draft = None
 
     def _preempt(self, req: ServingRequest) -> None:
@@ -320,7 +335,7 @@ class Scheduler:
             if num_new > budget:
                 break
             if req.draft is not None and len(req.draft) > budget - num_new:
-                req.draft = clip_draft(req.draft, budget - num_new)
+                req.draft = _clip_to_budget(req.draft, budget - num_new)
             num_spec = 0 if req.draft is None else len(req.draft)
             # vLLM's num_new_tokens = num_tokens_with_spec - num_computed_tokens: the drafts are
             # inside it; num_lookahead_tokens stays 0 (no drafter here writes KV ahead of the target)
@@ -360,6 +375,8 @@ class Scheduler:
             self.cache = None
         else:
             self.cache.select_rows(stay)
+        if self.drafter is not None:
+            self.drafter.keep_rows(stay)
 
     def _join(self, new: RaggedCache, reqs: list) -> None:
         """The prefilled requests' cache rows join the running batch."""
@@ -369,15 +386,13 @@ class Scheduler:
         self.cache.join(new)
         self.cache_rows = self.cache_rows + list(reqs)
 
-    def _commit(self, req: ServingRequest, draft: Draft, verdict: Verdict, step_s: float, now: float) -> None:
+    def _commit(self, req: ServingRequest, draft: Draft, verdict: Verdict, step_s: float, now: float) -> StepOutcome:
         """Commit a verification step (or a resumed request's prefill, a step with nothing drafted)."""
-        row = req.row
         committed_before = req.num_tokens
-        outcome = row.commit(draft, verdict)
+        outcome = req.row.commit(draft, verdict)
         self.policy.observe(len(draft), verdict.num_accepted)
-        if req.proposer is not None:
-            row.timed(req.proposer.on_verified, row.state, outcome)
         self._computed(req, committed_before + verdict.num_accepted, len(outcome.emitted), step_s, now)
+        return outcome
 
     def _commit_first(self, req: ServingRequest, logits: torch.Tensor, step_s: float, now: float) -> None:
         """The prefill's token, as in generate(): drawn from the target alone, no verification step."""
@@ -386,9 +401,19 @@ class Scheduler:
         emitted = row.commit_first(logits)
         row.stats.prefill_time_s += step_s
         req.first_token_time, req.first_token_step = now, self.step_count
-        if req.proposer is not None:
-            row.timed(req.proposer.begin, row.state)
         self._computed(req, committed_before, len(emitted), step_s, now)
+
+    def _verified(self, outcomes: dict) -> None:
+        """The drafter rolls back every row it holds: a decoded row by its step's outcome, a row
+        that scored nothing this step (over the token budget) as after a step that emitted nothing."""
+        if self.drafter is None:
+            return
+        reqs = self.cache_rows[: len(self.cache_rows) - len(self._joined)]
+        if not reqs:
+            return
+        empty = Draft.empty(self.device)
+        self._timed(reqs, self.drafter.on_verified, [r.row.state for r in reqs],
+                    [outcomes.get(id(r), StepOutcome(empty, 0, [])) for r in reqs])
 
     def _computed(self, req: ServingRequest, num_computed: int, num_emitted: int, step_s: float, now: float) -> None:
         """After a forward: the request's cache holds every committed token but the last."""
@@ -399,40 +424,33 @@ class Scheduler:
         req.draft = None
 
     def _decode(self, decode: dict) -> tuple:
-        """One forward over the running rows: [last committed] + drafts per scheduled row. Returns
-        ([(request, draft, verdict)], the forward's seconds)."""
+        """One forward over the running rows: the committed tokens not yet in the cache (the last
+        one while decoding) and the draft (a chain or a tree) per scheduled row, verified and
+        rolled back row by row (batch.score_and_verify, as in generate_batch); a row over the
+        token budget feeds nothing. Returns ([(request, draft, verdict)], the forward's seconds)."""
         if not decode:
             return [], 0.0
-        rows_ids = []
-        for req in self.cache_rows:
-            if req in decode:
-                rows_ids.append(req.token_list[req.num_computed_tokens:] + req.spec_token_ids)
-            else:
-                rows_ids.append([])  # over the token budget this step: a padding row
+        empty = Draft.empty(self.device)
+        rows = [req.row if req in decode else None for req in self.cache_rows]
+        drafts = [req.draft if req.draft is not None else empty for req in self.cache_rows]
         t0 = self.cache.time_s
-        out = self.cache.forward(rows_ids)
+        verdicts = score_and_verify(self.cache, rows, drafts, self.sampling, self.want_hidden)
         step_s = self.cache.time_s - t0
-        sel = [j for j, req in enumerate(self.cache_rows) if req in decode]
-        reqs = [self.cache_rows[j] for j in sel]
-        drafts = [r.draft if r.draft is not None else Draft.empty(self.device) for r in reqs]
-        logits = out.logits.index_select(0, torch.tensor(sel, device=out.logits.device))
-        emitted, accepted = verify_rows(logits, drafts, self.sampling, [r.row.state.generator for r in reqs])
-        keep = list(self.cache.lengths)
-        for j, r, a in zip(sel, reqs, accepted):
-            keep[j] = r.num_tokens + a  # roll each row back to its accepted length
-        self.cache.rollback(keep)
-        return [(r, d, Verdict.of_chain(d, em, a)) for r, d, em, a in zip(reqs, drafts, emitted, accepted)], step_s
+        return [(req, d, v) for req, d, v in zip(self.cache_rows, drafts, verdicts) if v is not None], step_s
 
     def _prefill(self, reqs: list) -> tuple:
         """The newly admitted requests in one forward of their own (prompt, or prompt + output after
         a preemption); their rows then join the batch. Returns ([(request, its last position's
-        logits [V])], the forward's seconds)."""
+        logits [V], its hidden states per layer [n, H] or None)], the forward's seconds)."""
         if not reqs:
             return [], 0.0
         new = RaggedCache(self.model, len(reqs), pad_token_id=self.pad_token_id)
-        out = new.forward([r.token_list[r.num_computed_tokens:] for r in reqs], logits_to_keep=1)
+        fed = [r.token_list[r.num_computed_tokens:] for r in reqs]
+        out = new.forward(fed, logits_to_keep=1, output_hidden_states=self.want_hidden)
         self._join(new, reqs)
-        return [(r, out.logits[b, -1]) for b, r in enumerate(reqs)], new.time_s
+        hidden = [row_hidden_states(out.hidden_states, b, len(ids)) if self.want_hidden else None
+                  for b, ids in enumerate(fed)]
+        return [(r, out.logits[b, -1], h) for b, (r, h) in enumerate(zip(reqs, hidden))], new.time_s
 
     def step(self) -> StepRecord:
         """Arrivals, draft, schedule, execute, verify, commit, retire: one engine iteration."""
@@ -450,14 +468,22 @@ class Scheduler:
         scheduled = sum(1 + n for n in decode.values()) + sum(r.num_tokens - r.num_computed_tokens for r in prefill)
         decoded, decode_s = self._decode(decode)
         prefilled, prefill_s = self._prefill(prefill)
+        self._joined = [r for r, *_ in prefilled]
         now = self._now()
-        for r, draft, verdict in decoded:
-            self._commit(r, draft, verdict, decode_s, now)
-        for r, logits in prefilled:
+        outcomes = {id(r): self._commit(r, draft, verdict, decode_s, now) for r, draft, verdict in decoded}
+        self._verified(outcomes)
+        for r, logits, hidden in prefilled:
             if r.num_output_tokens == 0:
                 self._commit_first(r, logits, prefill_s, now)
             else:  # resumed after a preemption: its prefill's token is a plain step's
                 self._commit(r, Draft.empty(self.device), Verdict([r.row.draw(logits)], 0, True), prefill_s, now)
+            r.row.state.prompt_hidden_states = hidden  # what the drafter starts from (drafters that read it)
+        if self.drafter is not None and prefilled:
+            # The newly admitted (or resumed) requests start drafting from everything committed.
+            self._timed(self._joined, self.drafter.add_rows, [r.row.state for r in self._joined])
+        for r in self._joined:
+            r.row.state.prompt_hidden_states = None  # read once, by add_rows
+        self._joined = []
         for r, *_ in decoded + prefilled:
             self.blocks.trim(r)  # give back the slots only rejected drafts needed
         if decoded:  # the decode part of the step, drafting included: what the policy's K cost
@@ -483,7 +509,6 @@ class Scheduler:
             r.status, r.finish_time, r.finish_step = FINISHED, now, self.step_count
             r.row.stats.new_tokens = len(r.row.tokens)
             r.row.stats.wall_time_s = now - r.arrival_time
-            r.proposer = None  # its state is no longer needed
         self._drop_rows(done)
         self.running = [r for r in self.running if not r.row.done]
 
@@ -515,6 +540,16 @@ class Scheduler:
                     break
                 self.step()
         return ServingResult(list(self.requests), list(self.log), self._now() - start, self.blocks, self.policy)
+
+
+def _clip_to_budget(draft: Draft, budget: int) -> Draft:
+    """``draft`` cut to ``budget`` scheduled tokens: a chain's first ones, a tree's first nodes
+    (node order is topological, so the first nodes are still a tree)."""
+    if not draft.is_tree:
+        return clip_draft(draft, budget)
+    parents, keep = trees.clip_tree(draft.parents, max_nodes=max(budget, 0))
+    probs = None if draft.probs is None else draft.probs[keep.to(draft.probs.device)]
+    return Draft(draft.tokens[keep.to(draft.tokens.device)], probs, parents)
 
 
 def _check_arrival_step(value) -> int:

@@ -14,16 +14,18 @@ def _prompts():
 
 
 def test_profile_leaves_outputs_and_engine_unchanged(tiny_model):
-    before = (batch.verify_rows, batch._retire, ragged_cache.ragged_attention_mask, batch.RaggedCache.forward,
-              batch.RaggedCache.layout, batch.RaggedCache.rollback, batch.RaggedCache.maybe_compact)
+    before = (batch.verify_rows, batch.verify_tree_row, batch._retire, ragged_cache.ragged_attention_mask,
+              ragged_cache.ragged_tree_attention_mask, batch.RaggedCache.forward, batch.RaggedCache.layout,
+              batch.RaggedCache.rollback, batch.RaggedCache.discard, batch.RaggedCache.maybe_compact)
     prompts = _prompts()
     ref = generate_batch(tiny_model, prompts, proposer=NgramProposer(k=3), max_new_tokens=12)
     prop = NgramProposer(k=3)
     res, prof = batch_bench.profile_generate_batch(tiny_model, prompts, proposer=prop, max_new_tokens=12)
     assert [r.tokens.tolist() for r in res] == [r.tokens.tolist() for r in ref]
     assert [r.stats.accepted_lengths for r in res] == [r.stats.accepted_lengths for r in ref]
-    after = (batch.verify_rows, batch._retire, ragged_cache.ragged_attention_mask, batch.RaggedCache.forward,
-             batch.RaggedCache.layout, batch.RaggedCache.rollback, batch.RaggedCache.maybe_compact)
+    after = (batch.verify_rows, batch.verify_tree_row, batch._retire, ragged_cache.ragged_attention_mask,
+              ragged_cache.ragged_tree_attention_mask, batch.RaggedCache.forward, batch.RaggedCache.layout,
+              batch.RaggedCache.rollback, batch.RaggedCache.discard, batch.RaggedCache.maybe_compact)
     assert after == before and "batch_proposer" not in vars(prop)
     assert prof["steps"] == len(prof["forwards"]) == max(r.stats.steps for r in res)
     assert all(prof[p] >= 0 for p in batch_bench.STEP_PARTS) and prof["forward"] > 0 and prof["draft"] > 0
