@@ -187,7 +187,8 @@ def plant(monkeypatch, bug):
         for mod in (engine, batch):
             monkeypatch.setattr(mod, "rejection_sample", CHAIN_BUGS[bug])
         if bug in TREE_BUGS:
-            monkeypatch.setattr(engine, "tree_rejection_sample", TREE_BUGS[bug])
+            for mod in (engine, batch):
+                monkeypatch.setattr(mod, "tree_rejection_sample", TREE_BUGS[bug])
 
 
 def twins(*bugs):
@@ -256,6 +257,22 @@ class RandomDraftProposer(Proposer):
         q = logits_to_probs(self.q.log()[None].expand(self.k, -1), state.sampling)
         toks = torch.multinomial(q, 1, generator=state.generator).squeeze(1)
         return Draft(toks, probs=q)
+
+
+class RandomTreeProposer(RandomDraftProposer):
+    """RandomDraftProposer's q drawn into a fixed tree, siblings independently (a sampled tree, as
+    SpecInfer drafts): it exercises tree_rejection_sample with draft_probs."""
+
+    PARENTS = (-1, -1, 0, 0, 1)
+
+    def __init__(self, vocab, seed=0):
+        super().__init__(len(self.PARENTS), vocab, seed)
+
+    def propose(self, state):
+        n = len(self.PARENTS)
+        q = logits_to_probs(self.q.log()[None].expand(n, -1), state.sampling)
+        toks = torch.multinomial(q, 1, generator=state.generator).squeeze(1)
+        return Draft(toks, probs=q, parents=torch.tensor(self.PARENTS))
 
 
 def check_unrolled_matches_sequential(head, target, features, tokens, steps: int) -> None:

@@ -22,7 +22,7 @@ from specdecode_ref.proposers import Draft, NgramProposer, Proposer, load_propos
 from specdecode_ref.sampling import SamplingParams
 from specdecode_ref.measure.workloads import load_workloads
 
-from support import RandomDraftProposer, assert_law, chi2_pvalue, exact_joint, make_tiny_llama, plant
+from support import RandomDraftProposer, RandomTreeProposer, assert_law, chi2_pvalue, exact_joint, make_tiny_llama, plant
 
 NEW = 16
 
@@ -155,7 +155,8 @@ def joint_counts(model, prompt, factory, sampling, n, steps=3, seed=0):
 
 SAMPLED_CASES = [("plain", lambda: None, SamplingParams(temperature=1.0), "leaked_top_k"),
                  ("ngram", lambda: NgramProposer(k=3, min_n=1), SamplingParams(temperature=1.0), "resample_from_p"),
-                 ("random_q", lambda: RandomDraftProposer(3, 6), SamplingParams(temperature=0.8), "resample_from_p")]
+                 ("random_q", lambda: RandomDraftProposer(3, 6), SamplingParams(temperature=0.8), "resample_from_p"),
+                 ("sampled_tree", lambda: RandomTreeProposer(6), SamplingParams(temperature=0.9), "resample_from_p")]
 
 
 @pytest.mark.parametrize("factory,sampling,bug", [
@@ -169,7 +170,8 @@ def test_sampled_rows_follow_target_joint(small_vocab_model, factory, sampling, 
     assert_law(chi2_pvalue(counts, exact_joint(small_vocab_model, prompt, 3, sampling)), bug)
 
 
-@pytest.mark.parametrize("factory", [lambda: None, lambda: NgramProposer(k=3), lambda: RandomDraftProposer(3, 64)])
+@pytest.mark.parametrize("factory", [lambda: None, lambda: NgramProposer(k=3), lambda: RandomDraftProposer(3, 64),
+                                     lambda: RandomTreeProposer(64)])
 def test_sampled_rows_equal_generate_tiny(tiny_model, factory):
     prompts = [torch.tensor([1, 2, 3, 1, 2, 3, 1]), torch.tensor([5]), torch.tensor([7, 8, 9, 10, 7, 8])]
     s = SamplingParams(temperature=1.0, top_p=0.9)
