@@ -558,6 +558,40 @@ def measure_batch_aware_k(model, pool: list, proposer: str, k_table, fixed_k: in
 
 # --- CLI ----------------------------------------------------------------------------------------
 
+# --- one batch against the same prompts one at a time ---------------------------------------------
+
+def batch_against_one_at_a_time(model, prompts: list, max_new_tokens: int = 48, repeats: int = 3):
+    """Plain decoding of the same ``prompts`` (1-D LongTensors, mixed lengths welcome) one request
+    at a time (``generate`` per prompt) and as one batch (``generate_batch``), repeats interleaved.
+
+    Returns a DataFrame, one row per repeat: tokens, alone_s, batch_s, speedup (batch tokens/s over
+    one-at-a-time tokens/s), the batch's prefill_s and the parts of its decode steps
+    (:data:`STEP_PARTS`), and the padding it paid: prefill_padding (share of the padded prefill's
+    positions that are padding, B x longest prompt against the prompts' total).
+    """
+    import pandas as pd
+
+    from ..engine import generate
+
+    device = _device(model)
+    generate_batch(model, prompts[:2], max_new_tokens=4)  # warm-up
+    generate(model, prompts[0], max_new_tokens=4)
+    lens = [len(p) for p in prompts]
+    rows = []
+    for r in range(repeats):
+        alone, alone_s = _timed(device, lambda: [generate(model, p, max_new_tokens=max_new_tokens) for p in prompts])
+        t0 = time.perf_counter()
+        res, prof = profile_generate_batch(model, prompts, max_new_tokens=max_new_tokens)
+        batch_s = time.perf_counter() - t0
+        n_alone, n_batch = sum(len(x.tokens) for x in alone), sum(len(x.tokens) for x in res)
+        rows.append({"repeat": r, "B": len(prompts), "tokens": n_batch, "alone_s": alone_s, "batch_s": batch_s,
+                     "speedup": (n_batch / batch_s) / (n_alone / alone_s),
+                     "same_tokens": [x.tokens.tolist() for x in alone] == [x.tokens.tolist() for x in res],
+                     "prefill_padding": 1 - sum(lens) / (len(lens) * max(lens)),
+                     **{key: prof[key] for key in ("prefill_s", "decode_s", "steps", *STEP_PARTS)}})
+    return pd.DataFrame(rows)
+
+
 def _ints(text: str) -> list:
     return [int(x) for x in text.split(",") if x.strip()]
 
@@ -565,7 +599,7 @@ def _ints(text: str) -> list:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m specdecode_ref.measure.batch_bench",
                                 description="Batched decoding measurements (CSV files in --out).")
-    p.add_argument("what", choices=["surface", "throughput", "speculation", "batch-k", "all"])
+    p.add_argument("what", choices=["surface", "throughput", "alone", "speculation", "batch-k", "all"])
     p.add_argument("--batch-sizes", type=_ints, default=list(BATCH_SIZES), help="default: 1,2,4,8,16,32")
     p.add_argument("--max-n", type=int, default=9, help="largest n of T(B, n) (default: %(default)s)")
     p.add_argument("--context-len", type=int, default=200, help="context of T(B, n) (default: %(default)s)")
@@ -611,6 +645,14 @@ def main(argv=None) -> int:
         df = measure_throughput(model, prompt_pool(tok, "chat"), bs, args.max_new_tokens, args.repeats, not args.no_hf)
         df.to_csv(os.path.join(args.out, "throughput.csv"), index=False)
         print("plain batched decoding, tokens/s (median):\n", summarize_throughput(df).round(2), "\n")
+    if args.what in ("alone", "all"):
+        # The same chat prompts of mixed lengths (40-80 tokens) decoded as one batch and one at a time.
+        prompts = [p for p in prompt_pool(tok, "chat") if 40 <= len(p) <= 80][: max(bs)]
+        df = batch_against_one_at_a_time(model, prompts, args.max_new_tokens, args.repeats)
+        df.to_csv(os.path.join(args.out, "batch_vs_alone.csv"), index=False)
+        print(f"B = {len(prompts)} plain, one batch against one request at a time (prompts of "
+              f"{min(map(len, prompts))}-{max(map(len, prompts))} tokens):\n",
+              df[["speedup", "prefill_padding", "prefill_s", "decode_s", *STEP_PARTS]].round(3).to_string(), "\n")
     alphas, draft_cost = {}, {}
     if args.what in ("speculation", "batch-k", "all"):
         for name in proposers:
@@ -643,36 +685,3 @@ def main(argv=None) -> int:
 if __name__ == "__main__":
     raise SystemExit(main())
 
-
-# --- one batch against the same prompts one at a time ---------------------------------------------
-
-def batch_against_one_at_a_time(model, prompts: list, max_new_tokens: int = 48, repeats: int = 3):
-    """Plain decoding of the same ``prompts`` (1-D LongTensors, mixed lengths welcome) one request
-    at a time (``generate`` per prompt) and as one batch (``generate_batch``), repeats interleaved.
-
-    Returns a DataFrame, one row per repeat: tokens, alone_s, batch_s, speedup (batch tokens/s over
-    one-at-a-time tokens/s), the batch's prefill_s and the parts of its decode steps
-    (:data:`STEP_PARTS`), and the padding it paid: prefill_padding (share of the padded prefill's
-    positions that are padding, B x longest prompt against the prompts' total).
-    """
-    import pandas as pd
-
-    from ..engine import generate
-
-    device = _device(model)
-    generate_batch(model, prompts[:2], max_new_tokens=4)  # warm-up
-    generate(model, prompts[0], max_new_tokens=4)
-    lens = [len(p) for p in prompts]
-    rows = []
-    for r in range(repeats):
-        alone, alone_s = _timed(device, lambda: [generate(model, p, max_new_tokens=max_new_tokens) for p in prompts])
-        t0 = time.perf_counter()
-        res, prof = profile_generate_batch(model, prompts, max_new_tokens=max_new_tokens)
-        batch_s = time.perf_counter() - t0
-        n_alone, n_batch = sum(len(x.tokens) for x in alone), sum(len(x.tokens) for x in res)
-        rows.append({"repeat": r, "B": len(prompts), "tokens": n_batch, "alone_s": alone_s, "batch_s": batch_s,
-                     "speedup": (n_batch / batch_s) / (n_alone / alone_s),
-                     "same_tokens": [x.tokens.tolist() for x in alone] == [x.tokens.tolist() for x in res],
-                     "prefill_padding": 1 - sum(lens) / (len(lens) * max(lens)),
-                     **{key: prof[key] for key in ("prefill_s", "decode_s", "steps", *STEP_PARTS)}})
-    return pd.DataFrame(rows)

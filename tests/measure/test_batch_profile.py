@@ -59,3 +59,10 @@ def test_measure_speculation_reports_the_iid_alpha(tiny_model):
                                          repeats=1)
     # accepted / tested >= accepted / drafted: positions after a rejection were never tested
     assert (df.alpha >= df.acceptance_rate - 1e-12).all() and df.alpha.between(0, 1).all()
+
+
+def test_batch_against_one_at_a_time_decodes_the_same_tokens(tiny_model):
+    df = batch_bench.batch_against_one_at_a_time(tiny_model, _prompts(), max_new_tokens=5, repeats=2)
+    assert len(df) == 2 and df.same_tokens.all() and (df.speedup > 0).all()
+    assert 0 < df.prefill_padding.iloc[0] < 1  # prompts of 5, 9 and 3 tokens padded to 9
+    assert (df[list(batch_bench.STEP_PARTS)] >= 0).all().all()
