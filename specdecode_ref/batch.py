@@ -35,8 +35,8 @@ from .ragged_cache import (COMPACT_FRACTION, EMPTY_SLOT, RaggedCache, check_comp
 from .request import (Request, Verdict, check_sampling_and_proposer, check_seed, eos_token_ids, sync,
                       validate_prompt)
 from .sampling import SamplingParams, logits_to_probs, next_token
-from .verify import (PLACEHOLDER_TOKEN_ID, greedy_verify, rejection_sample, tree_greedy_verify,
-                     tree_rejection_sample)
+from .verify import (PLACEHOLDER_TOKEN_ID, block_verify, check_verification, greedy_verify, refuse_block_for_tree,
+                     rejection_sample, tree_greedy_verify, tree_rejection_sample)
 
 
 def _as_seeds(seed, n: int) -> list:
@@ -104,14 +104,16 @@ def greedy_verify_rows(logits: torch.Tensor, drafts: list):
     return [out[r][: acc[r] + 1] for r in range(b)], acc
 
 
-def verify_rows(logits: torch.Tensor, drafts: list, sampling: SamplingParams, generators: list):
+def verify_rows(logits: torch.Tensor, drafts: list, sampling: SamplingParams, generators: list,
+                verification: str = "token"):
     """Verify every row's draft against its own slice of the target's logits.
 
     logits: [B, N, V], row b's ``len(drafts[b]) + 1`` positions right-aligned (left padding).
     Greedy: one ``greedy_verify`` call for the whole batch, drafts padded with PLACEHOLDER_TOKEN_ID (never accepted)
     and each row's scores gathered from its own offset, as vLLM's rejection sampler reads a flat
     batch through per-request offsets. Sampling: one ``rejection_sample`` call per row, since
-    each row draws from its own generator exactly as ``generate`` would for that request alone.
+    each row draws from its own generator exactly as ``generate`` would for that request alone,
+    token by token or as a block (``verification``, as ``generate``'s).
     Returns ([emitted ids per row], [num_accepted per row]).
     """
     b, n, v = logits.shape
@@ -126,7 +128,8 @@ def verify_rows(logits: torch.Tensor, drafts: list, sampling: SamplingParams, ge
             continue
         probs = logits_to_probs(rows, sampling)
         q = None if d.probs is None else d.probs.to(logits.device)[None]
-        out, acc = rejection_sample(probs[None], d.tokens.to(logits.device).long()[None], q, generators[r])
+        verify = block_verify if verification == "block" else rejection_sample
+        out, acc = verify(probs[None], d.tokens.to(logits.device).long()[None], q, generators[r])
         a = int(acc[0])
         emitted.append(out[0, : a + 1].tolist())
         accepted.append(a)
@@ -149,7 +152,7 @@ def verify_tree_row(logits: torch.Tensor, draft: Draft, sampling: SamplingParams
 
 
 def score_and_verify(cache: RaggedCache, rows: list, drafts: list, sampling: SamplingParams,
-                     want_hidden: bool = False) -> list:
+                     want_hidden: bool = False, verification: str = "token") -> list:
     """One batched step for the rows of ``cache``: score, verify, roll back. The one place where a
     batch (generate_batch) or a running server (the scheduler) meets the target.
 
@@ -164,6 +167,7 @@ def score_and_verify(cache: RaggedCache, rows: list, drafts: list, sampling: Sam
     Returns per cache row its Verdict (None for idle rows); with ``want_hidden`` each Verdict
     carries the target's hidden states at the root and the accepted tokens, per layer
     [num_accepted + 1, H], as ``generate`` hands them to drafters that read them.
+    verification: "token" or "block" for sampled chain rows (``generate``'s argument).
     """
     work = [j for j, r in enumerate(rows) if r is not None]
     pending = {j: rows[j].state.token_list[cache.lengths[j]:] for j in work}
@@ -175,6 +179,7 @@ def score_and_verify(cache: RaggedCache, rows: list, drafts: list, sampling: Sam
     for j in work:
         rows_ids[j] = pending[j] + drafts[j].tokens.tolist()
         if drafts[j].is_tree and len(drafts[j]):
+            refuse_block_for_tree(verification)
             parents[j] = row_parents(len(pending[j]), drafts[j].parents)
     lengths_before = list(cache.lengths)
     kwargs = {"output_hidden_states": True} if want_hidden else {}
@@ -189,7 +194,7 @@ def score_and_verify(cache: RaggedCache, rows: list, drafts: list, sampling: Sam
     if chains:  # the chain rows' drafts end at the right edge: verify_rows reads them right-aligned
         index = torch.tensor(chains, device=out.logits.device)
         emitted, accepted = verify_rows(out.logits.index_select(0, index), [drafts[j] for j in chains], sampling,
-                                        [rows[j].state.generator for j in chains])
+                                        [rows[j].state.generator for j in chains], verification)
         for j, em, a in zip(chains, emitted, accepted):
             verdicts[j] = Verdict.of_chain(drafts[j], em, a)
     for j in trees_:
@@ -221,7 +226,8 @@ def row_hidden_states(hidden_states: tuple, row: int, length: int) -> tuple:
 @torch.inference_mode()
 def generate_batch(model, prompts, proposer: Proposer | None = None, max_new_tokens=128,
                    sampling: SamplingParams | None = None, seed=0, eos_token_id=None,
-                   stop_on_eos: bool = True, compact_fraction: float = COMPACT_FRACTION) -> list:
+                   stop_on_eos: bool = True, compact_fraction: float = COMPACT_FRACTION,
+                   verification: str = "token") -> list:
     """Speculative decoding of many requests at once; returns one GenerationResult per prompt, in order.
 
     prompts: list of 1-D LongTensors [L_i] (different lengths welcome). proposer: any proposer
@@ -234,6 +240,7 @@ def generate_batch(model, prompts, proposer: Proposer | None = None, max_new_tok
     seed: int (row i's generator gets ``seed + i``) or a list of one seed per prompt; so row i's
         output equals ``generate(model, prompts[i], proposer, ..., seed=seed + i)``.
     compact_fraction: compact the padded cache when more than this share of it is holes.
+    verification: "token" or "block" for sampled chain drafts, as in ``generate``.
 
     Each result's ``stats`` counts that row's drafts, acceptances and steps; ``target_forwards``
     the batched forwards it took part in; ``wall_time_s`` runs from the start of the batch to the
@@ -243,6 +250,7 @@ def generate_batch(model, prompts, proposer: Proposer | None = None, max_new_tok
     prompts, budgets = validate_prompts(model, prompts, max_new_tokens)
     seeds = _as_seeds(seed, len(prompts))
     compact_fraction = check_compact_fraction(compact_fraction)
+    verification = check_verification(verification)
     batch_proposer = None if proposer is None else proposer.batch_proposer()
     want_hidden = batch_proposer is not None and batch_proposer.needs_hidden_states
     eos = set(eos_token_ids(model, eos_token_id)) if stop_on_eos else set()
@@ -284,7 +292,7 @@ def generate_batch(model, prompts, proposer: Proposer | None = None, max_new_tok
         # 2. Score every row's [last committed] + draft in one forward, 3. verify each row on its own
         #    and roll each row back to its own committed length (minus the newest token).
         t0 = target.time_s
-        verdicts = score_and_verify(target, live, drafts, sampling, want_hidden)
+        verdicts = score_and_verify(target, live, drafts, sampling, want_hidden, verification)
         step_s = target.time_s - t0
         # 4. Commit each row's tokens; the batch proposer rolls every row back.
         outcomes = []

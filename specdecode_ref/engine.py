@@ -31,10 +31,12 @@ from .request import (ACCEPTED, BONUS, RECOVERED, TARGET, GenerationResult, Requ
                       check_positive_int, check_sampling_and_proposer, check_seed, context_window, eos_token_ids,
                       sync, validate_prompt)
 from .sampling import SamplingParams, logits_to_probs, next_token
-from .verify import greedy_verify, rejection_sample, tree_greedy_verify, tree_rejection_sample, typical_accept
+from .verify import (VERIFICATION, block_verify, check_verification, greedy_verify, refuse_block_for_tree,
+                     rejection_sample, tree_greedy_verify,
+                     tree_rejection_sample, typical_accept)
 
 # The request-level names (request.py) stay importable from here, where notebooks and labs find them.
-__all__ = ["ACCEPTED", "BONUS", "RECOVERED", "TARGET", "TREE_ACCEPTANCE", "GenerationResult", "as_int", "as_prompt",
+__all__ = ["ACCEPTED", "BONUS", "RECOVERED", "TARGET", "TREE_ACCEPTANCE", "VERIFICATION", "GenerationResult", "as_int", "as_prompt",
            "autoregressive_generate", "check_positive_int", "check_seed", "context_window", "eos_token_ids",
            "generate", "validate_prompt"]
 
@@ -94,7 +96,7 @@ TREE_ACCEPTANCE = ("lossless", "typical")
 
 
 def _chain_step(target: _Target, state: DecodeState, draft: Draft, sampling: SamplingParams, generator,
-                scorer) -> Verdict:
+                scorer, verification: str = "token") -> Verdict:
     """Score [last committed] + a chain of n >= 0 drafted tokens, verify, crop the target cache.
     n = 0 is plain decoding: the target's next token alone."""
     n, committed = len(draft), len(state.token_list)
@@ -110,7 +112,8 @@ def _chain_step(target: _Target, state: DecodeState, draft: Draft, sampling: Sam
             out, acc = greedy_verify(logits[None], draft_tokens)
         else:
             q = None if draft.probs is None else draft.probs[None]
-            out, acc = rejection_sample(logits_to_probs(logits, sampling)[None], draft_tokens, q, generator)
+            verify = block_verify if verification == "block" else rejection_sample
+            out, acc = verify(logits_to_probs(logits, sampling)[None], draft_tokens, q, generator)
         num_accepted = int(acc[0])
         emitted = out[0, : num_accepted + 1].tolist()
     # Roll the target cache back to the committed prefix (minus the newest token).
@@ -165,10 +168,14 @@ def _propose(proposer: Proposer | None, request: Request, device, tree_acceptanc
     return request.take_draft(proposer, draft)
 
 
-def _check_arguments(model, input_ids, proposer, max_new_tokens, sampling, tree_acceptance):
+def _check_arguments(model, input_ids, proposer, max_new_tokens, sampling, tree_acceptance, verification="token"):
     """Clear errors for bad input; returns (sampling, the prompt as a 1-D LongTensor)."""
     if tree_acceptance not in TREE_ACCEPTANCE:
         raise ValueError(f"tree_acceptance must be one of {TREE_ACCEPTANCE}, got {tree_acceptance!r}")
+    check_verification(verification)
+    if verification == "block" and tree_acceptance == "typical":
+        raise ValueError("verification='block' judges a chain as a whole; tree_acceptance='typical' is Medusa's "
+                         "own rule for trees: choose one")
     sampling = check_sampling_and_proposer(model, sampling, proposer)
     return sampling, validate_prompt(model, input_ids, max_new_tokens)
 
@@ -176,7 +183,8 @@ def _check_arguments(model, input_ids, proposer, max_new_tokens, sampling, tree_
 @torch.inference_mode()
 def generate(model, input_ids, proposer: Proposer | None = None, max_new_tokens: int = 128,
              sampling: SamplingParams | None = None, seed: int | None = 0,
-             eos_token_id=None, stop_on_eos: bool = True, tree_acceptance: str = "lossless") -> GenerationResult:
+             eos_token_id=None, stop_on_eos: bool = True, tree_acceptance: str = "lossless",
+             verification: str = "token") -> GenerationResult:
     """Speculative decoding with ``proposer`` (plain decoding when None). Lossless: greedy output
     equals plain greedy decoding; sampled output follows the target's distribution.
 
@@ -191,8 +199,13 @@ def generate(model, input_ids, proposer: Proposer | None = None, max_new_tokens:
     (verify.tree_rejection_sample), "typical" = Medusa's typical acceptance (verify.typical_accept),
     which is LOSSY: the output no longer follows the target's distribution. "typical" also
     applies to chain drafts (verified as a one-branch tree).
+    verification (chain drafts, sampling; greedy is the same either way): "token" =
+    token-by-token rejection sampling (verify.rejection_sample), "block" = block verification
+    (verify.block_verify: the draft judged as a whole, lossless, never fewer tokens kept in
+    expectation). Tree drafts refuse "block".
     """
-    sampling, prompt = _check_arguments(model, input_ids, proposer, max_new_tokens, sampling, tree_acceptance)
+    sampling, prompt = _check_arguments(model, input_ids, proposer, max_new_tokens, sampling, tree_acceptance,
+                                        verification)
     eos = set(eos_token_ids(model, eos_token_id)) if stop_on_eos else set()
     request = Request.start(model, prompt, sampling, check_seed(seed), max_new_tokens, eos, proposer)
     state, generator = request.state, request.state.generator
@@ -216,9 +229,10 @@ def generate(model, input_ids, proposer: Proposer | None = None, max_new_tokens:
         # 2. Score the last committed token plus the draft in one target forward, 3. verify, and
         #    roll the target cache back to what verification kept.
         if draft.is_tree and len(draft) > 0:
+            refuse_block_for_tree(verification)
             verdict = _tree_step(target, state, draft, sampling, generator, tree_acceptance)
         else:
-            verdict = _chain_step(target, state, draft, sampling, generator, scorer)
+            verdict = _chain_step(target, state, draft, sampling, generator, scorer, verification)
         # 4. Commit the emitted tokens (up to EOS and max_new_tokens); the proposer rolls back.
         request.commit(draft, verdict)
 

@@ -22,6 +22,23 @@ from .trees import ROOT, validate_parents
 # id. vLLM's name for the same value: ``vllm/v1/sample/rejection_sampler.py``.
 PLACEHOLDER_TOKEN_ID = -1
 
+#: How a sampled chain draft is verified: "token" (rejection_sample, token by token) or "block"
+#: (block_verify, the draft as a whole). Greedy decoding verifies greedily either way.
+VERIFICATION = ("token", "block")
+
+
+def check_verification(verification) -> str:
+    if verification not in VERIFICATION:
+        raise ValueError(f"verification must be one of {VERIFICATION}, got {verification!r}")
+    return verification
+
+
+def refuse_block_for_tree(verification: str) -> None:
+    """Block verification judges one chain; a tree has several candidate continuations per node."""
+    if verification == "block":
+        raise ValueError("verification='block' verifies chain drafts; this proposer drafted a tree (its lossless "
+                         "tree verification is verify.tree_rejection_sample): use verification='token'")
+
 
 def check_verify_inputs(scores: torch.Tensor, draft_tokens: torch.Tensor, name: str):
     """Clear errors for a chain verifier's inputs: scores [B, K+1, V] (named ``name`` in messages)
@@ -121,6 +138,82 @@ def rejection_sample(target_probs: torch.Tensor, draft_tokens: torch.Tensor,
     else:
         residual = p_next
     next_tokens = torch.multinomial(residual, 1, generator=generator).squeeze(1)
+    return assemble_output(draft_tokens, num_accepted, next_tokens), num_accepted
+
+
+def prefix_weights(ratio: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Block verification's weight of every prefix, [B, K] ratios p/q of the drafted tokens and
+    [B, K] valid (False: padding) -> [B, K+1]: w_0 = 1, w_i = min(1, w_{i-1} p_i/q_i), 0 past
+    the end of a row's draft. The weight carries along the draft: it is what lets a later token
+    that q under-proposes make up for an earlier one it over-proposed."""
+    w = [torch.ones(ratio.shape[0], device=ratio.device)]
+    for i in range(ratio.shape[1]):
+        w.append(torch.clamp(w[-1] * ratio[:, i], max=1.0) * valid[:, i])
+    return torch.stack(w, dim=1)
+
+
+def stop_probabilities(residual_mass: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """h_i = r_i / (r_i + 1 - w_i): the probability that block verification keeps prefix i,
+    given that it kept no longer one ([B, K+1] each). After the last drafted token r = w and h = w."""
+    denom = residual_mass + 1.0 - w
+    return torch.where(denom > 1e-12, residual_mass / denom.clamp(min=1e-30), torch.zeros_like(w))
+
+
+def block_verify(target_probs: torch.Tensor, draft_tokens: torch.Tensor,
+                 draft_probs: torch.Tensor | None = None,
+                 generator: torch.Generator | None = None):
+    """Block verification (Sun et al., 2024, "Block Verification Accelerates Speculative
+    Decoding"): the draft is judged as a whole, not token by token. Output is distributed as p.
+
+    Token-by-token verification stops at the first token whose ratio p/q draws a rejection, even
+    when the tokens after it would have made up for it. Block verification carries a weight along
+    the draft, w_0 = 1 and w_i = min(1, w_{i-1} p_i(X_i) / q_i(X_i)) (a token that q over-proposes
+    lowers the weight of every prefix through it, one it under-proposes raises it again, up to 1),
+    and keeps the LONGEST prefix i that passes its own test: prefix i (i < the draft's length)
+    stops there with probability h_i = r_i / (r_i + 1 - w_i), where r_i is the mass of the
+    residual max(w_i p_{i+1} - q_{i+1}, 0); the whole draft with h = w_K. At the chosen prefix
+    the next token is drawn from that residual, normalised (all of the draft kept: from p, a
+    bonus token). At temperature 0 with a one-hot draft it keeps exactly the token rule's prefix;
+    in expectation it never keeps fewer tokens than the token rule (notebook 11 derives both).
+
+    Same shapes, padding and randomness as :func:`rejection_sample`: target_probs [B, K+1, V],
+    draft_tokens [B, K] (PLACEHOLDER_TOKEN_ID pads a shorter row), draft_probs [B, K, V] or None
+    (q one-hot on each drafted token), one generator per request. Returns ``(tokens [B, K+1],
+    num_accepted [B])``.
+    """
+    check_verify_inputs(target_probs, draft_tokens, "target_probs")
+    b, k1, v = target_probs.shape
+    k = k1 - 1
+    p = target_probs.float()
+    valid = draft_tokens >= 0
+    safe_tokens = draft_tokens.clamp(min=0)
+    if draft_probs is None:
+        q = torch.zeros(b, k, v, device=p.device)
+        q.scatter_(2, safe_tokens[..., None], 1.0)
+    else:
+        if draft_probs.shape != (b, k, v):
+            raise ValueError(f"draft_probs must be [B, K, V] = {(b, k, v)}, got {tuple(draft_probs.shape)}")
+        q = draft_probs.float().clone()
+    q = q * valid[..., None]  # a padded position drafts nothing: q = 0 there
+    p_draft = p[:, :k].gather(2, safe_tokens[..., None]).squeeze(-1)  # [B, K]
+    q_draft = q.gather(2, safe_tokens[..., None]).squeeze(-1)
+    ratio = torch.where(q_draft > 0, p_draft / q_draft.clamp(min=1e-30), torch.zeros_like(p_draft))
+    w = prefix_weights(ratio, valid)  # [B, K+1]
+    # The residual after each prefix: max(w_i p_{i+1} - q_{i+1}, 0), with q = 0 after the last draft.
+    q_next = torch.cat([q, torch.zeros(b, 1, v, device=p.device)], dim=1)  # [B, K+1, V]
+    residual = (w[..., None] * p - q_next).clamp(min=0.0)
+    r = residual.sum(dim=-1)  # [B, K+1]
+    h = stop_probabilities(r, w)
+    # The longest prefix that passes its test (prefix 0 when none does).
+    eta = torch.rand((b, k1), generator=generator, device=p.device)
+    passes = (eta <= h) & (torch.arange(k1, device=p.device)[None] <= valid.sum(1, keepdim=True))
+    index = torch.arange(k1, device=p.device).expand(b, k1)
+    num_accepted = torch.where(passes, index, torch.zeros_like(index)).max(dim=1).values
+    rows = torch.arange(b, device=p.device)
+    chosen, mass = residual[rows, num_accepted], r[rows, num_accepted, None]
+    # An empty residual (p == q up to rounding there) has probability ~0 of being chosen: fall back to p.
+    dist = torch.where(mass > 1e-12, chosen / mass.clamp(min=1e-30), p[rows, num_accepted])
+    next_tokens = torch.multinomial(dist, 1, generator=generator).squeeze(1)
     return assemble_output(draft_tokens, num_accepted, next_tokens), num_accepted
 
 

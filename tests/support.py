@@ -313,3 +313,20 @@ def need_vllm() -> str:
             pytest.fail(f"{vllm_runner.REQUIRE_ENV}=1 but vLLM is not available: {why}")
         pytest.skip(f"vLLM is not available: {why}")
     return why
+
+
+# --- block verification (verify.block_verify): twins that break one of its two rules ----------
+
+def weights_not_carried(ratio, valid):
+    """Planted: each prefix weighed by its last token's ratio alone (the token rule's view)."""
+    ones = torch.ones(ratio.shape[0], 1)
+    return torch.cat([ones, torch.clamp(ratio, max=1.0) * valid], dim=1)
+
+
+def stop_at_weight(residual_mass, w):
+    """Planted: prefix i kept with probability w_i, without the residual's share."""
+    return w
+
+
+BLOCK_TWINS = {"weights_not_carried": ("prefix_weights", weights_not_carried),
+               "stop_at_weight": ("stop_probabilities", stop_at_weight)}

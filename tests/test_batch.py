@@ -188,8 +188,8 @@ def test_sampled_batch_with_shared_generator_fails(small_vocab_model, monkeypatc
     prompt = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
     s = SamplingParams(temperature=1.0)
     real = batch.verify_rows
-    monkeypatch.setattr(batch, "verify_rows", lambda logits, drafts, sampling, gens: real(
-        logits, drafts, sampling, [gens[0]] * len(gens)))
+    monkeypatch.setattr(batch, "verify_rows", lambda logits, drafts, sampling, gens, *rest: real(
+        logits, drafts, sampling, [gens[0]] * len(gens), *rest))
     res = generate_batch(small_vocab_model, [prompt] * 8, max_new_tokens=4, sampling=s, seed=0)
     alone = [generate(small_vocab_model, prompt, max_new_tokens=4, sampling=s, seed=i).tokens.tolist() for i in range(8)]
     assert [r.tokens.tolist() for r in res] != alone

@@ -59,6 +59,7 @@ from ..ragged_cache import COMPACT_FRACTION, RaggedCache, check_compact_fraction
 from ..request import (Request, Verdict, as_int, check_positive_int, check_sampling_and_proposer, check_seed,
                        clip_draft, eos_token_ids, validate_prompt)
 from ..sampling import SamplingParams
+from ..verify import check_verification
 from .blocks import DEFAULT_BLOCK_SIZE, BlockManager
 from .policies import AlwaysOff, AlwaysOn, SpeculationPolicy
 
@@ -190,14 +191,15 @@ class Scheduler:
     tokens, committed tokens and drafts all counted; it must hold the longest prompt + output
     (prefills are not chunked). max_num_seqs: the most running requests.
     sampling, seed: shared SamplingParams; request i's generator is seeded with seed + i.
-    check_every_step: run :meth:`check` after every step (tests).
+    check_every_step: run :meth:`check` after every step (tests). verification: "token" or "block"
+    for sampled chain drafts (``generate``'s argument).
     """
 
     def __init__(self, model, proposer: Proposer | None = None, policy: SpeculationPolicy | None = None, *,
                  num_blocks: int = 256, block_size: int = DEFAULT_BLOCK_SIZE, max_num_batched_tokens: int = 2048,
                  max_num_seqs: int = 16, sampling: SamplingParams | None = None, seed: int = 0,
                  eos_token_id=None, stop_on_eos: bool = True, check_every_step: bool = False,
-                 compact_fraction: float = COMPACT_FRACTION):
+                 compact_fraction: float = COMPACT_FRACTION, verification: str = "token"):
         self.model = model
         self.sampling = check_sampling_and_proposer(model, sampling, proposer)
         # One batch drafter for the whole run, its rows those of the cache (refuses what cannot batch).
@@ -217,6 +219,7 @@ class Scheduler:
         check_positive_int(max_num_batched_tokens, "max_num_batched_tokens")
         check_positive_int(max_num_seqs, "max_num_seqs")
         compact_fraction = check_compact_fraction(compact_fraction)
+        self.verification = check_verification(verification)
         self.proposer, self.policy = proposer, policy
         self.blocks = BlockManager(num_blocks, block_size)
         self.max_num_batched_tokens, self.max_num_seqs = max_num_batched_tokens, max_num_seqs
@@ -434,7 +437,7 @@ class Scheduler:
         rows = [req.row if req in decode else None for req in self.cache_rows]
         drafts = [req.draft if req.draft is not None else empty for req in self.cache_rows]
         t0 = self.cache.time_s
-        verdicts = score_and_verify(self.cache, rows, drafts, self.sampling, self.want_hidden)
+        verdicts = score_and_verify(self.cache, rows, drafts, self.sampling, self.want_hidden, self.verification)
         step_s = self.cache.time_s - t0
         return [(req, d, v) for req, d, v in zip(self.cache_rows, drafts, verdicts) if v is not None], step_s
 

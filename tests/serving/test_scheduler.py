@@ -435,16 +435,17 @@ def test_sampled_requests_equal_generate_with_their_seed(tiny_model, name):
     assert name == "ngram" or {0, 1} <= lengths, lengths
 
 
-def _served_joint_counts(model, prompt, make, sampling, n, steps=3):
+def _served_joint_counts(model, prompt, make, sampling, n, steps=3, extra=0, **config):
     """n requests of one prompt (request i seeded i) served with a block pool too small for them all:
     32 running requests fill 2 blocks each at admission and need a third when they grow, in a pool
     of 80, so the newest are preempted and recomputed."""
     proposer = make()
-    result = serve(model, [prompt] * n, proposer, AlwaysOn(proposer.k), max_new_tokens=steps, sampling=sampling,
-                   seed=0, num_blocks=80, block_size=4, max_num_batched_tokens=1024, max_num_seqs=32)
+    result = serve(model, [prompt] * n, proposer, AlwaysOn(proposer.k), max_new_tokens=steps + extra,
+                   sampling=sampling,
+                   seed=0, num_blocks=80, block_size=4, max_num_batched_tokens=1024, max_num_seqs=32, **config)
     counts = np.zeros(model.config.vocab_size ** steps)
     for r in result.requests:
-        counts[np.ravel_multi_index(r.output, (model.config.vocab_size,) * steps)] += 1
+        counts[np.ravel_multi_index(r.output[:steps], (model.config.vocab_size,) * steps)] += 1
     return counts, result
 
 
@@ -470,3 +471,73 @@ def test_sampled_serving_follows_target_joint(small_vocab, bug, monkeypatch):
             ref = generate(small_vocab, prompt, proposer=make(), max_new_tokens=3, sampling=s, seed=i)
             assert result.requests[i].output == ref.tokens.tolist(), f"request {i}"
     assert_law(chi2_pvalue(counts, exact_joint(small_vocab, prompt, 3, s)), bug)
+
+
+@pytest.mark.parametrize("bug", [None, "stop_at_weight"], ids=["correct", "planted-stop_at_weight"])
+def test_sampled_serving_with_block_verification_follows_target_joint(small_vocab, bug, monkeypatch):
+    """The same served joint law with block verification (verify.block_verify), preemptions
+    included; its planted twin (a prefix kept with probability w_i, without the residual's share) fails."""
+    import specdecode_ref.verify as verify
+    from support import BLOCK_TWINS, RandomDraftProposer, assert_law, chi2_pvalue, exact_joint
+    from specdecode_ref import SamplingParams, generate
+
+    if bug is not None:
+        monkeypatch.setattr(verify, *BLOCK_TWINS[bug])
+    prompt = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
+    s = SamplingParams(temperature=0.8)
+    make = lambda: RandomDraftProposer(3, 6)  # noqa: E731
+    # Three tokens more than counted, so the first verification step judges a whole block of three.
+    counts, result = _served_joint_counts(small_vocab, prompt, make, s, n=2000, extra=3, verification="block",
+                                          stop_on_eos=False)
+    if bug is None:
+        assert result.num_preemptions > 0
+        i = next(i for i, r in enumerate(result.requests) if r.num_preemptions == 0)
+        ref = generate(small_vocab, prompt, proposer=make(), max_new_tokens=6, sampling=s, seed=i, stop_on_eos=False,
+                       verification="block")
+        assert result.requests[i].output == ref.tokens.tolist()
+    assert_law(chi2_pvalue(counts, exact_joint(small_vocab, prompt, 3, s)), bug)
+
+
+class NgramBesideCountingTree(Proposer):
+    """A tree draft: the n-gram lookup's chain, and beside it from the root a counting chain (rarely
+    right). The accepted path runs down the first branch, and the second branch, at the same
+    positions, must be discarded from the cache."""
+
+    def __init__(self, k: int = 3):
+        super().__init__(2 * k)
+        self.ngram = NgramProposer(k=k)
+
+    def begin(self, state):
+        self.ngram.begin(state)
+
+    def propose(self, state):
+        a = self.ngram.propose(state).tokens.tolist()
+        last = state.token_list[-1]
+        b = [(last + 1 + i) % VOCAB for i in range(self.k // 2)]
+        parents = list(range(-1, len(a) - 1)) + [-1] + list(range(len(a), len(a) + len(b) - 1))
+        return Draft(torch.tensor(a + b, dtype=torch.long), parents=torch.tensor(parents))
+
+    def on_verified(self, state, outcome):
+        self.ngram.on_verified(state, outcome)
+
+
+def test_tree_drafts_under_load_and_a_tight_token_budget_are_lossless(tiny_model, monkeypatch):
+    """Tree drafts served with preemption and a token budget (11) that cannot hold every row's whole
+    tree: a tree is then cut to its first nodes (still a tree), and every request still equals
+    plain greedy decoding alone."""
+    g = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(0, VOCAB, (int(torch.randint(2, 4, (1,), generator=g)),), generator=g) for _ in range(40)]
+    budgets = [int(torch.randint(5, 9, (1,), generator=g)) for _ in range(40)]
+    arrivals = poisson_arrivals(len(prompts), rate_per_step=0.8, seed=2)
+    refs = [autoregressive_generate(tiny_model, p, max_new_tokens=m, eos_token_id=EOS).tokens.tolist()
+            for p, m in zip(prompts, budgets)]
+    clipped = []
+    real = sched_mod._clip_to_budget
+    monkeypatch.setattr(sched_mod, "_clip_to_budget", lambda d, b: clipped.append(d.is_tree) or real(d, b))
+    sched = _scheduler(tiny_model, NgramBesideCountingTree(3), AlwaysOn(6), max_num_batched_tokens=11, num_blocks=8)
+    result = _run(sched, prompts, budgets, arrivals)
+    assert result.num_preemptions > 0 and any(clipped)
+    assert max(s.scheduled_tokens for s in result.steps) <= 11
+    bad = [i for i, (r, ref) in enumerate(zip(result.requests, refs)) if r.output != ref]
+    assert not bad, f"requests {bad[:5]} differ from plain greedy decoding alone"
+    assert sum(r.stats.accepted for r in result.requests) > 0
