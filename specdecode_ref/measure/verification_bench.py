@@ -1,8 +1,8 @@
 """Token-by-token against block verification on the real model (notebook 11).
 
 Block verification (verify.block_verify) can only differ from the token rule where the drafter
-reports a q that is not one-hot: the draft model, early exit, an EAGLE chain, and Medusa or Hydra
-chains drafting with ``draft_sampling="sample"``. For each such drafter and temperature, every
+reports a q that is not one-hot: the draft model, early exit, an EAGLE chain, and a Medusa chain
+drafting with ``draft_sampling="sample"``. For each such drafter and temperature, every
 prompt is decoded with both rules under the same seeds, the two runs interleaved, and τ and
 tokens/s are compared prompt by prompt (``claims.compare_paired``: a geometric-mean ratio with a
 bootstrap interval over prompts).
@@ -20,9 +20,10 @@ from ..engine import generate
 from ..sampling import SamplingParams
 from .claims import compare_paired
 
-#: Drafters whose drafts carry a sampled q, with the options that make them sample.
-DRAFTERS_WITH_Q = {"draft": {}, "early-exit": {}, "eagle": {}, "medusa-chain": {"draft_sampling": "sample"},
-                   "hydra-chain": {"draft_sampling": "sample"}}
+#: Drafters whose drafts carry a sampled q, with the options that make them sample. (Hydra's chain
+#: drafts greedily only: its heads read the tokens drafted before them, and sampling them is not
+#: offered, so its q is one-hot and both rules keep the same number of tokens in expectation.)
+DRAFTERS_WITH_Q = {"draft": {}, "early-exit": {}, "eagle": {}, "medusa-chain": {"draft_sampling": "sample"}}
 RULES = ("token", "block")
 
 
