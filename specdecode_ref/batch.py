@@ -174,12 +174,14 @@ def score_and_verify(cache: RaggedCache, rows: list, drafts: list, sampling: Sam
     for j in work:
         if not pending[j]:
             raise RuntimeError(f"row {j}: the cache already holds every committed token; nothing to score")
+    tree_rows = {j for j in work if drafts[j].is_tree and len(drafts[j])}
+    if tree_rows:
+        refuse_block_for_tree(verification)
     rows_ids = [[] for _ in rows]
     parents = [None for _ in rows]
     for j in work:
         rows_ids[j] = pending[j] + drafts[j].tokens.tolist()
-        if drafts[j].is_tree and len(drafts[j]):
-            refuse_block_for_tree(verification)
+        if j in tree_rows:
             parents[j] = row_parents(len(pending[j]), drafts[j].parents)
     lengths_before = list(cache.lengths)
     kwargs = {"output_hidden_states": True} if want_hidden else {}
@@ -189,29 +191,28 @@ def score_and_verify(cache: RaggedCache, rows: list, drafts: list, sampling: Sam
     root = {j: width - len(rows_ids[j]) + len(pending[j]) - 1 for j in work}
 
     verdicts = [None for _ in rows]
-    chains = [j for j in work if not drafts[j].is_tree or not len(drafts[j])]
-    trees_ = [j for j in work if j not in set(chains)]
+    chains = [j for j in work if j not in tree_rows]
     if chains:  # the chain rows' drafts end at the right edge: verify_rows reads them right-aligned
         index = torch.tensor(chains, device=out.logits.device)
         emitted, accepted = verify_rows(out.logits.index_select(0, index), [drafts[j] for j in chains], sampling,
                                         [rows[j].state.generator for j in chains], verification)
         for j, em, a in zip(chains, emitted, accepted):
             verdicts[j] = Verdict.of_chain(drafts[j], em, a)
-    for j in trees_:
+    for j in sorted(tree_rows):
         verdicts[j] = verify_tree_row(out.logits[j, root[j]:], drafts[j], sampling, rows[j].state.generator)
 
     keep = list(cache.lengths)
     for j in work:
         v = verdicts[j]
-        kept = [root[j]] + ([root[j] + 1 + i for i in v.accepted_nodes] if drafts[j].is_tree
-                            else list(range(root[j] + 1, root[j] + 1 + v.num_accepted)))
-        if drafts[j].is_tree and len(drafts[j]):
+        # The accepted nodes (a chain's are its first num_accepted), as indices into the draft.
+        path = v.accepted_nodes if j in tree_rows else list(range(v.num_accepted))
+        if j in tree_rows:
             first_node = cache.num_slots - width + root[j] + 1
-            off_path = set(range(len(drafts[j]))) - set(v.accepted_nodes)
+            off_path = set(range(len(drafts[j]))) - set(path)
             cache.discard(j, [first_node + i for i in sorted(off_path)])
         keep[j] = lengths_before[j] + len(pending[j]) + v.num_accepted
         if want_hidden:
-            cols = torch.tensor(kept, device=out.hidden_states[0].device)
+            cols = torch.tensor([root[j]] + [root[j] + 1 + i for i in path], device=out.hidden_states[0].device)
             v.hidden = tuple(h[j].index_select(0, cols) for h in out.hidden_states)
     cache.rollback(keep)
     return verdicts
