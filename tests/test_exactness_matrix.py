@@ -26,8 +26,10 @@ The table this file fills (exact = tested equal to plain):
     medusa (tree)     exact (1 node) exact (8 nodes)   exact           exact      exact (all paths)
     hydra (tree)      exact (1 node) exact (8 nodes)   exact           exact      exact (all paths)
     eagle-tree        exact (1 node) exact (16 nodes)  exact           exact      exact (all paths)
+    suffix            exact          exact (k=24)**    exact           exact      exact (all paths)
 
     * three heads: a chain of Medusa or Hydra heads drafts at most 3 tokens.
+    ** after one earlier request, whose output suffix decoding then drafts from (long accepted runs).
 """
 from __future__ import annotations
 
@@ -45,8 +47,9 @@ from specdecode_ref.serving.scheduler import serve
 NEW = 32
 # Deep draft per chain drafter; trees: their shipped node budget (None) against a single node (k=1).
 DEEP = {"ngram": 5, "draft": 4, "draft-fullvocab": 4, "early-exit": 4, "medusa-chain": 3, "hydra-chain": 3,
-        "eagle": 4, "medusa": None, "hydra": None, "eagle-tree": None}
+        "eagle": 4, "medusa": None, "hydra": None, "eagle-tree": None, "suffix": 24}
 TREES = {"medusa", "hydra", "eagle-tree"}
+LEARNS_FROM_EARLIER_REQUESTS = {"suffix"}  # its global tree holds earlier requests' outputs
 NAMES = sorted(DEEP)
 
 
@@ -74,6 +77,8 @@ def deep_runs(embedded, cases):
     def runs(name):
         if name not in done:
             proposer = _proposer(model, name, DEEP[name])
+            if name in LEARNS_FROM_EARLIER_REQUESTS:  # one earlier request gives it long drafts to verify
+                generate(model, cases[0][0], proposer=proposer, max_new_tokens=NEW, stop_on_eos=False)
             done[name] = proposer, [generate(model, ids, proposer=proposer, max_new_tokens=NEW, stop_on_eos=False)
                                     for ids, _ in cases]
         return done[name]

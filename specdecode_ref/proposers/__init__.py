@@ -8,6 +8,7 @@ from .early_exit import EarlyExitProposer
 from .medusa import MedusaProposer
 from .ngram import NgramProposer
 from .shipped import shipped_vocab
+from .suffix import SuffixProposer
 
 
 def _ngram(target, k, draft_sampling=None, **kwargs):
@@ -75,6 +76,14 @@ def _eagle_tree(target, k, **kwargs):
     return _eagle(target, k, tree=True, **kwargs)
 
 
+def _suffix(target, k, draft_sampling=None, **kwargs):
+    # Suffix decoding (notebook 11) with vLLM's defaults: trees 24 tokens deep, up to 10,000 earlier
+    # requests remembered, a draft of up to one token per matched token. Like n-gram drafts, its
+    # tokens are copied, so q is one-hot and "greedy" is its only drafting mode.
+    resolve_draft_sampling(draft_sampling, "greedy", can_sample=False, who="the suffix proposer")
+    return SuffixProposer(k=k, **kwargs)
+
+
 # name -> (builder(target, k, **kwargs), default k). The model-based defaults were picked from one
 # measured sweep (bf16, 2 CPU threads, one prompt per benchmark category, 48 tokens): each drafter's
 # fastest k. On this CPU a drafted token costs the draft model about a fifth of a target forward,
@@ -92,6 +101,7 @@ _REGISTRY = {
     "hydra-chain": (_hydra_chain, 3),
     "eagle": (_eagle, 2),
     "eagle-tree": (_eagle_tree, 16),
+    "suffix": (_suffix, 24),
 }
 
 
@@ -106,7 +116,7 @@ def register_proposer(name: str, builder, default_k: int) -> None:
 
 def load_proposer(name: str, target=None, k: int | None = None, **kwargs) -> Proposer:
     """Build a proposer by name: "ngram", "draft", "draft-fullvocab", "early-exit", "medusa",
-    "medusa-chain", "hydra", "hydra-chain", "eagle", "eagle-tree" (see ``available_proposers()``).
+    "medusa-chain", "hydra", "hydra-chain", "eagle", "eagle-tree", "suffix" (see ``available_proposers()``).
 
     Model-based proposers load their shipped weights for the embedded model and need ``target``.
     ``draft_sampling="sample"|"greedy"`` (see ``DRAFT_SAMPLING``) picks how chain drafters choose
@@ -123,5 +133,5 @@ def load_proposer(name: str, target=None, k: int | None = None, **kwargs) -> Pro
 
 
 __all__ = ["Proposer", "Draft", "DecodeState", "StepOutcome", "DRAFT_SAMPLING", "resolve_draft_sampling",
-           "NgramProposer", "DraftModelProposer", "EarlyExitProposer", "MedusaProposer", "EagleProposer", "load_proposer",
+           "NgramProposer", "SuffixProposer", "DraftModelProposer", "EarlyExitProposer", "MedusaProposer", "EagleProposer", "load_proposer",
            "available_proposers", "register_proposer"]
