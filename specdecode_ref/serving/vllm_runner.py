@@ -14,6 +14,7 @@ the job is the same.
     result["tokens"], result["metrics"]["vllm:spec_decode_num_accepted_tokens"]
     rows = vllm_runner.run_vllm_sweep(model_dir, prompts, loads=(1, 4, 8), max_tokens=32,
                                       speculative_config=vllm_runner.ngram_config(k=4), dtype="bf16")
+    vllm_runner.suffix_config()   # suffix decoding (Arctic Inference's suffix trees); suffix_available()
 
 Counter names are vLLM's (``vllm/v1/spec_decode/metrics.py``): ``spec_decode_num_drafts`` (steps
 that drafted), ``_num_draft_tokens``, ``_num_accepted_tokens`` and ``_num_accepted_tokens_per_pos``
@@ -106,6 +107,57 @@ def ngram_config(k: int = 5, min_n: int = 1, max_n: int = 4) -> dict:
             "prompt_lookup_max": int(max_n)}
 
 
+def suffix_config(k: int | None = None, max_tree_depth: int = 24, max_cached_requests: int = 10000,
+                  max_spec_factor: float = 1.0, min_token_prob: float = 0.1) -> dict:
+    """vLLM's suffix-decoding settings (``method="suffix"``, Arctic Inference's ``SuffixDecodingCache``
+    behind ``vllm/v1/spec_decode/suffix_decoding.py``; needs ``arctic-inference`` in vLLM's
+    environment, which ``make vllm-env`` installs). The defaults are vLLM's.
+
+    k: the most tokens one step may draft (``num_speculative_tokens``); None: ``max_tree_depth``, as
+    vLLM defaults it. The draft length is chosen per step: at most ``max_spec_factor`` x the length
+    of the context match, and only tokens whose estimated probability is >= ``min_token_prob``.
+    max_tree_depth: the longest context suffix matched and the deepest draft. max_cached_requests:
+    past responses kept in the global tree shared by all requests (0: each request drafts from its
+    own prompt and output only); a request's output is drafted from by later requests, so a prompt
+    served twice (the job's warm-up request is prompt 0) is drafted from its earlier response.
+    """
+    from ..engine import check_positive_int
+
+    depth = check_positive_int(max_tree_depth, "max_tree_depth")
+    k = depth if k is None else check_positive_int(k, "k")
+    if isinstance(max_cached_requests, bool) or not isinstance(max_cached_requests, int) or max_cached_requests < 0:
+        raise ValueError(f"max_cached_requests must be an int >= 0 (0: no global cache), got {max_cached_requests!r}")
+    if isinstance(max_spec_factor, bool) or not isinstance(max_spec_factor, (int, float)) or not max_spec_factor >= 0:
+        raise ValueError(f"max_spec_factor must be a number >= 0, got {max_spec_factor!r}")
+    if (isinstance(min_token_prob, bool) or not isinstance(min_token_prob, (int, float))
+            or not 0 <= min_token_prob <= 1):
+        raise ValueError(f"min_token_prob must be a number in [0, 1], got {min_token_prob!r}")
+    return {"method": "suffix", "num_speculative_tokens": int(k), "suffix_decoding_max_tree_depth": int(depth),
+            "suffix_decoding_max_cached_requests": int(max_cached_requests),
+            "suffix_decoding_max_spec_factor": float(max_spec_factor),
+            "suffix_decoding_min_token_prob": float(min_token_prob)}
+
+
+def suffix_available() -> tuple[bool, str]:
+    """(True, Arctic Inference's version) when vLLM's environment can import what its ``suffix``
+    method needs (``arctic_inference.suffix_decoding``), else (False, what to do). A fraction of a
+    second: neither vLLM nor torch is imported."""
+    py = vllm_python()
+    if not py.exists():
+        return False, f"no vLLM environment at {py.parent.parent}: {SETUP_HINT}"
+    code = ("import importlib.metadata as m, arctic_inference.suffix_decoding; "
+            "print(m.version('arctic_inference'))")
+    try:
+        out = subprocess.run([str(py), "-c", code], capture_output=True, text=True, timeout=120, env=_job_env(py))
+    except (subprocess.TimeoutExpired, OSError) as err:
+        return False, f"cannot ask {py} for Arctic Inference: {err}"
+    if out.returncode != 0 or not out.stdout.strip():
+        last = (out.stderr.strip().splitlines() or ["?"])[-1]
+        return False, (f"vLLM's suffix decoding needs Arctic Inference, which {py} cannot import ({last}): "
+                       f"`make vllm-env` builds it (arctic-inference==0.1.1; a C++ compiler is needed)")
+    return True, out.stdout.strip()
+
+
 def draft_model_config(model_dir, k: int = 3) -> dict:
     """vLLM's separate-draft-model settings for a Hugging Face model directory."""
     return {"method": "draft_model", "model": str(model_dir), "num_speculative_tokens": int(k)}
@@ -127,8 +179,8 @@ def _check_job(model_dir, prompts, max_tokens, max_model_len, speculative_config
     _check_model_dir(model_dir, "model_dir")
     if speculative_config is not None:
         if not isinstance(speculative_config, dict):
-            raise TypeError(f"speculative_config must be a dict (ngram_config / draft_model_config) or None, "
-                            f"got {type(speculative_config).__name__}")
+            raise TypeError(f"speculative_config must be a dict (ngram_config / suffix_config / draft_model_config) "
+                            f"or None, got {type(speculative_config).__name__}")
         if "num_speculative_tokens" in speculative_config:
             check_positive_int(speculative_config["num_speculative_tokens"], "num_speculative_tokens")
         if "model" in speculative_config:
