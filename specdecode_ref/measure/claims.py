@@ -115,6 +115,7 @@ class Comparison:
     confidence: float
     tolerance: float
     verdict: str
+    unit: str = "prompt"  # what was paired (a prompt, a verification call, a request)
 
     def phrase(self, better: str = "faster", worse: str = "slower",
                level: str = "level with it within noise") -> str:
@@ -129,14 +130,15 @@ class Comparison:
 
     def __str__(self) -> str:
         if self.n < MIN_PAIRS:
-            return f"{self.ratio:.2f}× ({plural(self.n, 'prompt')}, too few for an interval)"
-        return f"{self.ratio:.2f}× ({self.interval}, {plural(self.n, 'prompt')})"
+            return f"{self.ratio:.2f}× ({plural(self.n, self.unit)}, too few for an interval)"
+        return f"{self.ratio:.2f}× ({self.interval}, {plural(self.n, self.unit)})"
 
 
 def compare_paired(a: Sequence[float], b: Sequence[float], higher_is_better: bool = True,
                    confidence: float = 0.95, tolerance: float = 0.02, n_boot: int = 4000,
-                   seed: int = 0) -> Comparison:
-    """Compare method A with method B measured on the same prompts (``a[i]`` and ``b[i]`` pair up).
+                   seed: int = 0, unit: str = "prompt") -> Comparison:
+    """Compare method A with method B measured on the same prompts (``a[i]`` and ``b[i]`` pair up;
+    ``unit`` names what pairs up when it is not a prompt, e.g. "verification call").
 
     ``a``, ``b``: positive per-prompt values, e.g. tokens/s (``higher_is_better=True``) or seconds
     (``False``). The ratio is the geometric mean of a[i]/b[i] (inverted for times, so > 1 always
@@ -159,7 +161,7 @@ def compare_paired(a: Sequence[float], b: Sequence[float], higher_is_better: boo
     ratio = float(np.exp(logr.mean()))
     if a.size < MIN_PAIRS:  # lo / hi: the range of the pairs' ratios, not an interval
         return Comparison(ratio, float(np.exp(logr.min())), float(np.exp(logr.max())), int(a.size), confidence,
-                          tolerance, "level")
+                          tolerance, "level", unit)
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, a.size, size=(n_boot, a.size))
     boots = np.exp(logr[idx].mean(axis=1))
@@ -171,7 +173,7 @@ def compare_paired(a: Sequence[float], b: Sequence[float], higher_is_better: boo
         verdict = "worse"
     else:
         verdict = "level"
-    return Comparison(ratio, lo, hi, int(a.size), confidence, tolerance, verdict)
+    return Comparison(ratio, lo, hi, int(a.size), confidence, tolerance, verdict, unit)
 
 
 def close_to(measured: float, predicted: float, tolerance: float = 0.10, close: str = "close to",

@@ -16,6 +16,8 @@ SGLang's ``chain_block_speculative_sampling_triton`` (``sglang/kernels/ops/specu
 """
 from __future__ import annotations
 
+import torch
+
 from ..engine import generate
 from ..sampling import SamplingParams
 from .claims import compare_paired
@@ -68,3 +70,145 @@ def summarize_verification(df):
                     "tau": compare_paired(per["tau"]["block"], per["tau"]["token"], tolerance=0.0),
                     "speed": compare_paired(per["tokens_per_s"]["block"], per["tokens_per_s"]["token"])})
     return pd.DataFrame(out)
+
+
+# ---- exact and per-call comparisons -------------------------------------------------------------
+
+def keep_probabilities(p, q, draft, rule: str = "block") -> torch.Tensor:
+    """P(the call keeps exactly i drafted tokens | this draft), i = 0..K, for one chain.
+
+    p: [K+1, V] the target's distributions, q: [K, V] the drafter's (None: one-hot on the draft),
+    draft: [K] ids. The token rule keeps i with probability prod_{j<=i} a_j * (1 - a_{i+1}),
+    a_j = min(1, p_j(x_j)/q_j(x_j)); the block rule with h_i * prod_{j>i} (1 - h_j), the stop
+    probabilities of verify.stop_probabilities. Exact: no sampling."""
+    from ..verify import prefix_weights, stop_probabilities
+
+    p = torch.as_tensor(p, dtype=torch.float64)
+    draft = torch.as_tensor(draft, dtype=torch.long)
+    k, v = draft.numel(), p.shape[1]
+    if p.shape[0] != k + 1:
+        raise ValueError(f"p must have K+1 = {k + 1} rows for a draft of {k} tokens, got {p.shape[0]}")
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
+    if q is None:
+        q = torch.zeros(k, v, dtype=torch.float64)
+        q[torch.arange(k), draft] = 1.0
+    q = torch.as_tensor(q, dtype=torch.float64)
+    pos = torch.arange(k)
+    ratio = p[pos, draft] / q[pos, draft]
+    if rule == "token":
+        a = ratio.clamp(max=1.0)
+        survive = torch.cat([torch.ones(1, dtype=torch.float64), torch.cumprod(a, 0)])  # kept at least i
+        return survive - torch.cat([survive[1:], torch.zeros(1, dtype=torch.float64)])
+    w = prefix_weights(ratio[None], torch.ones(1, k, dtype=torch.bool))[0].double()
+    q_next = torch.cat([q, torch.zeros(1, v, dtype=torch.float64)])
+    r = (w[:, None] * p - q_next).clamp(min=0).sum(-1)
+    h = stop_probabilities(r[None], w[None])[0]
+    later = torch.cat([torch.flip(torch.cumprod(torch.flip(1 - h[1:], [0]), 0), [0]), torch.ones(1, dtype=torch.float64)])
+    return h * later  # h_i times "no longer prefix passed"
+
+
+def expected_accepted(p, q, rule: str = "block") -> float:
+    """Expected number of drafted tokens one call keeps, averaged exactly over every draft.
+
+    p: [K+1, V], q: [K, V], both the same whatever was drafted before (a context-free toy, as in
+    Sun et al.'s example). Small V and K only: V**K drafts."""
+    import itertools
+
+    q = torch.as_tensor(q, dtype=torch.float64)
+    k, v = q.shape
+    total = 0.0
+    for draft in itertools.product(range(v), repeat=k):
+        prob = float(q[torch.arange(k), torch.tensor(draft)].prod())
+        if prob > 0:
+            keep = keep_probabilities(p, q, draft, rule)
+            total += prob * float((torch.arange(k + 1, dtype=torch.float64) * keep).sum())
+    return total
+
+
+class VerifierCalls:
+    """Record every chain verification ``generate`` runs: the target's probabilities, the draft and
+    the drafter's q of each call (``with VerifierCalls() as calls: generate(...)``).
+
+    Judging the same recorded calls by both rules (``expected_kept``) compares them on exactly
+    the same drafts, so what differs is the rule alone, not the trajectory: two decodings that
+    part after one different token see different contexts, and their τ differ by more than the
+    rules do."""
+
+    def __init__(self):
+        self.calls: list = []
+
+    def __enter__(self):
+        from .. import engine
+
+        self._engine, self._saved = engine, engine.rejection_sample
+
+        def spy(target_probs, draft_tokens, draft_probs=None, generator=None):
+            self.calls.append((target_probs.detach().clone(), draft_tokens.detach().clone(),
+                               None if draft_probs is None else draft_probs.detach().clone()))
+            return self._saved(target_probs, draft_tokens, draft_probs, generator)
+
+        engine.rejection_sample = spy
+        return self
+
+    def __exit__(self, *exc):
+        self._engine.rejection_sample = self._saved
+        return False
+
+
+def expected_kept(calls: list):
+    """For each recorded call (one chain, batch of one), the expected number of drafted tokens each
+    rule keeps given that call's draft (exact, :func:`keep_probabilities`). A DataFrame with one
+    row per call: draft_len, token, block."""
+    import pandas as pd
+
+    rows = []
+    for i, (p, d, q) in enumerate(calls):
+        n = int((d[0] >= 0).sum())
+        if n == 0:
+            continue
+        pp, dd, qq = p[0, : n + 1], d[0, :n], None if q is None else q[0, :n]
+        ks = torch.arange(n + 1, dtype=torch.float64)
+        rows.append({"call": i, "draft_len": n,
+                     "token": float((ks * keep_probabilities(pp, qq, dd, "token")).sum()),
+                     "block": float((ks * keep_probabilities(pp, qq, dd, "block")).sum())})
+    return pd.DataFrame(rows)
+
+
+def markov_joint_check(verifier, vocab: int = 3, k: int = 3, tokens: int = 3, n: int = 30000, seed: int = 0):
+    """Decode ``n`` sequences of a tiny Markov 'language model' speculatively with ``verifier``
+    (rejection_sample's signature), drafts from a second, different Markov chain, and test the
+    first ``tokens`` emitted tokens against the target chain's exact joint law (chi-square).
+
+    The target is p(x_t | x_{t-1}) = P[x_{t-1}], the drafter q(x_t | x_{t-1}) = Q[x_{t-1}]; every
+    row of the batch is one sequence, all verified in one call per step. Returns a
+    measure.stats.ChiSquareResult."""
+    import itertools
+
+    import numpy as np
+
+    from .stats import chi_square_test
+
+    g = torch.Generator().manual_seed(seed)
+    P = torch.softmax(2.0 * torch.randn(vocab, vocab, generator=g), -1)
+    Q = torch.softmax(2.0 * torch.randn(vocab, vocab, generator=g), -1)
+    last = torch.zeros(n, dtype=torch.long)  # every sequence starts after token 0
+    out = [[] for _ in range(n)]
+    while min(len(o) for o in out) < tokens:
+        drafts, prev = [], last
+        for _ in range(k):
+            prev = torch.multinomial(Q[prev], 1, generator=g).squeeze(1)
+            drafts.append(prev)
+        d = torch.stack(drafts, 1)  # [n, k]
+        ctx = torch.cat([last[:, None], d], 1)  # the token before each scored position
+        emitted, num = verifier(P[ctx], d, Q[torch.cat([last[:, None], d[:, :-1]], 1)], g)
+        for row in range(n):
+            out[row].extend(emitted[row, : int(num[row]) + 1].tolist())
+        last = torch.tensor([o[-1] for o in out])
+    seqs = list(itertools.product(range(vocab), repeat=tokens))
+    exact = np.array([float(np.prod([P[a, b] for a, b in zip((0,) + s[:-1], s)])) for s in seqs])
+    counts = np.zeros(len(seqs))
+    index = {s: i for i, s in enumerate(seqs)}
+    for o in out:
+        counts[index[tuple(o[:tokens])]] += 1
+    return chi_square_test(counts, exact)
