@@ -19,8 +19,10 @@ def prompts(per_category=2):
 
 def test_greedy_ngram_equals_plain_and_hf(embedded):
     model, tok = embedded
-    mismatches, drafted, cases = [], 0, prompts(per_category=2)
-    assert len(cases) >= 10 and len({c for c, _, _ in cases}) >= 5
+    # One prompt per category: every registered proposer's exactness on many prompts and paths is
+    # tests/test_exactness_matrix.py's job; this test adds Hugging Face's own greedy decoding.
+    mismatches, drafted, cases = [], 0, prompts(per_category=1)
+    assert len(cases) >= 7 and len({c for c, _, _ in cases}) >= 7
     eos = tok.convert_tokens_to_ids("<|im_end|>")
     for category, pid, messages in cases:
         ids = chat_ids(tok, messages)

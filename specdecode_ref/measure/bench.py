@@ -211,11 +211,16 @@ def prepare_method(spec: str, model, k: int | None = None, **options) -> Callabl
                 load_proposer(name)
             except ValueError:
                 raise ValueError(f"unknown method {name!r}; available: {available_methods()}") from None
-        proposer = load_proposer(name, model, k=k, **(options.pop("proposer_kwargs", None) or {}))
+        proposer_kwargs = options.pop("proposer_kwargs", None) or {}
+        proposer = load_proposer(name, model, k=k, **proposer_kwargs)
         options = dict(options, proposer=proposer)
         k = proposer.k
 
         def fn(model, input_ids, max_new_tokens, k=None, **opts):
+            if getattr(opts["proposer"], "learns_across_requests", False):
+                # Suffix decoding remembers earlier outputs: a repeat of a prompt would draft its own
+                # previous answer. Every timed call starts with an empty history instead.
+                opts = dict(opts, proposer=load_proposer(name, model, k=k, **proposer_kwargs))
             return run_spec(model, input_ids, max_new_tokens, k=k, **opts)
 
     def runner(input_ids, max_new_tokens):

@@ -20,6 +20,9 @@ WORKLOADS_PATH = Path(__file__).resolve().parent.parent / "data" / "workloads.js
 #: Training prompts for self-distilling drafters: same 7 categories, disjoint from the benchmark.
 #: Regenerate with ``python specdecode_ref/data/make_train_prompts.py``.
 TRAIN_PROMPTS_PATH = Path(__file__).resolve().parent.parent / "data" / "train_prompts.json"
+#: A stream of requests that repeat each other's outputs (suffix decoding, notebook 11).
+#: Regenerate with ``python specdecode_ref/data/make_repeating_prompts.py``.
+REPEATING_PATH = Path(__file__).resolve().parent.parent / "data" / "repeating.json"
 
 
 def _load_categories(path, remedy: str) -> dict:
@@ -132,3 +135,28 @@ def training_conversations(categories=None, per_category: int | None = None, max
 
 __all__ = ["CATEGORIES", "INPUT_GROUNDED", "OPEN_ENDED", "WORKLOADS_PATH", "load_workloads",
            "TRAIN_PROMPTS_PATH", "load_training_prompts", "training_conversations"]
+
+
+def load_repeating(per_family: int | None = None, families=None) -> list:
+    """The repeating stream in arrival order: a list of ``{"family", "messages"}``, the families
+    interleaved (tool calls in one format, extraction into one JSON schema, SQL over one schema,
+    edits of one function). per_family: keep the first n requests of each family."""
+    if not REPEATING_PATH.exists():
+        raise FileNotFoundError(f"{REPEATING_PATH} is missing: run python specdecode_ref/data/make_repeating_prompts.py")
+    with open(REPEATING_PATH, encoding="utf-8") as f:
+        data = json.load(f)
+    known = data["families"]
+    families = known if families is None else list(families)
+    unknown = [x for x in families if x not in known]
+    if unknown:
+        raise ValueError(f"unknown families {unknown}; choose from {known}")
+    if per_family is not None and (not isinstance(per_family, int) or per_family < 1):
+        raise ValueError(f"per_family must be None or an int >= 1, got {per_family!r}")
+    seen: dict = {}
+    out = []
+    for item in data["stream"]:
+        f = item["family"]
+        if f in families and (per_family is None or seen.get(f, 0) < per_family):
+            seen[f] = seen.get(f, 0) + 1
+            out.append(copy.deepcopy(item))
+    return out

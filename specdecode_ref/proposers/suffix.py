@@ -34,6 +34,7 @@ class SuffixProposer(Proposer):
     """
 
     name = "suffix"
+    learns_across_requests = True  # benchmarks that repeat a prompt must not let it draft its own last answer
 
     def __init__(self, k: int = 24, max_tree_depth: int = 24, max_cached_requests: int = 10000,
                  max_spec_factor: float = 1.0, min_token_prob: float = 0.1, max_spec_offset: float = 0.0,

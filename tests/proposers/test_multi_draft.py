@@ -25,7 +25,7 @@ def _draft(target, scale=0.5, seed=0):
     return noisy(build_draft_model(copy.deepcopy(target), (1,)), scale, seed)
 
 
-@pytest.mark.parametrize("sampling", [SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top_k=3)])
+@pytest.mark.parametrize("sampling", [SamplingParams(temperature=0.7, top_k=3)])
 @twins("resample_from_p")
 def test_three_sampled_drafts_follow_the_target(small_vocab, sampling, bug, monkeypatch):
     """Three chains of two tokens drawn from a q far from the target's (so that first tries are
