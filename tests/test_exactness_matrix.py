@@ -44,7 +44,7 @@ from specdecode_ref.measure.workloads import load_workloads
 from specdecode_ref.proposers import load_proposer
 from specdecode_ref.serving.scheduler import serve
 
-NEW = 32
+NEW = 24
 # Deep draft per chain drafter; trees: their shipped node budget (None) against a single node (k=1).
 DEEP = {"ngram": 5, "draft": 4, "draft-fullvocab": 4, "early-exit": 4, "medusa-chain": 3, "hydra-chain": 3,
         "eagle": 4, "medusa": None, "hydra": None, "eagle-tree": None, "suffix": 24}
