@@ -5,7 +5,7 @@ checks its formulas against a real model.
     timing          median-of-runs timing, decode rates, the quiet-machine check before measuring
     run_size        one switch for the notebooks' experiment sizes: full (committed outputs) or small (make test)
     bench           every method on the same prompts vs Hugging Face (``python -m specdecode_ref.measure.bench``)
-    workloads       the benchmark's prompts by category, and the disjoint training prompts
+    workloads       the benchmark's prompts by category, the disjoint training prompts, a stream of repeating requests
     compare         interleaved runs of several proposers, per-method tables, decode rates, one step probed
     sampling_regime drafting from q vs greedy one-hot at T = 0, 0.7, 1.0: α, predicted α, τ per drafter
     stats           chi-square and uniformity tests for "the output follows the target distribution"
@@ -14,4 +14,7 @@ checks its formulas against a real model.
     replay          the engine's step rule replayed offline: tau and modelled speedup for any k (notebooks 03, 05)
     ngram_analysis  offline replays of prompt lookup (notebook 04)
     layer_analysis  per-layer agreement and layer-call traces (notebook 06)
+    verification_bench  token against block verification: exact keep probabilities, recorded calls (notebook 11)
+    suffix_bench    suffix decoding against n-gram and plain decoding on a stream, at batch 1 and served (notebook 11)
+    suffix_vllm     our suffix decoding beside vLLM's, request by request, counters recounted within max_tokens
 """
