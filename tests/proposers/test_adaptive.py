@@ -12,6 +12,7 @@ from specdecode_ref.measure.sampling_regime import AcceptanceProbe
 from specdecode_ref.proposers.adaptive import AdaptiveK, FixedK, GoodputK, HeuristicK
 from specdecode_ref.proposers import DecodeState, Draft, NgramProposer, Proposer, StepOutcome, load_proposer
 from specdecode_ref.proposers.base import ProposerWrapper
+from specdecode_ref.proposers.multi_draft import IndependentDrafts
 
 RISING = lambda k: 1.0 + 0.1 * k  # noqa: E731  a verify cost that grows with k, so long drafts must earn their keep
 
@@ -234,6 +235,18 @@ ALL_WRAPPERS = {**WRAPPERS,
                 "heuristic(probe)": lambda p: HeuristicK(AcceptanceProbe(p, predict=False)),
                 "goodput(fixed(probe))": lambda p: GoodputK(FixedK(AcceptanceProbe(p, predict=False)),
                                                             verify_cost=RISING, k_max=6)}
+
+
+def _sampling(p):
+    p.draft_sampling = "sample"  # IndependentDrafts takes only drafters that sample from q
+    return p
+
+
+# Wrappers that reshape the draft rather than choose its length: several chains become one tree,
+# so propose, on_verified and k are theirs by design (test_multi_draft checks what they do with
+# them); every other capability they must still pass on.
+RESHAPING = {"independent": (lambda p: IndependentDrafts(_sampling(p), 2),
+                             {"propose", "on_verified", "k (read)", "k (write)"})}
 # Public names on Proposer that a wrapper keeps as its own, and why.
 NOT_FORWARDED = {
     "name": "a wrapper names itself after the proposer it wraps, e.g. HeuristicK(ngram)",
@@ -268,14 +281,17 @@ def example_args(name: str) -> tuple:
     return tuple(examples[p] for p in params)
 
 
-def unforwarded(wrap) -> list:
+def unforwarded(wrap, own=frozenset()) -> list:
     """The capabilities of Proposer that ``wrap(inner)`` does not pass on to ``inner``: a hook the
     wrapper does not call on inner with the same arguments (returning inner's result when the hook
     returns something), a flag it does not read from inner at the time it is asked; and
     "k (read)" / "k (write)" when ``wrapper.k`` does not read inner's k live, or setting it does
-    not set inner's k. Each hook is called as the engine would, after ``begin``."""
+    not set inner's k. Each hook is called as the engine would, after ``begin``. Names in ``own``
+    are the wrapper's by design and are not checked."""
     missing = []
     for name in capabilities():
+        if name in own:
+            continue
         inner = Spy(k=2)
         default = getattr(Proposer, name)
         if callable(default):
@@ -307,7 +323,8 @@ def unforwarded(wrap) -> list:
     for k in (4, 2):
         wrapper.k = k
         write = write and inner.k == k
-    return missing + ["k (read)"] * (not read) + ["k (write)"] * (not write)
+    return missing + ["k (read)"] * (not read and "k (read)" not in own) + \
+        ["k (write)"] * (not write and "k (write)" not in own)
 
 
 def plant_old_forwarding(monkeypatch):
@@ -363,12 +380,18 @@ def test_wrapper_forwards_every_capability(wrapper):
     assert unforwarded(ALL_WRAPPERS[wrapper]) == []
 
 
+@pytest.mark.parametrize("wrapper", RESHAPING)
+def test_reshaping_wrapper_forwards_the_rest(wrapper):
+    wrap, own = RESHAPING[wrapper]
+    assert unforwarded(wrap, own) == []
+
+
 def test_every_wrapper_is_checked():
     """Each ProposerWrapper subclass of the package appears in ALL_WRAPPERS (a new wrapper must
     be added there to be checked)."""
     spy = Spy(k=2)
     covered = set()
-    for wrap in ALL_WRAPPERS.values():
+    for wrap in [*ALL_WRAPPERS.values(), *(w for w, _ in RESHAPING.values())]:
         w = wrap(spy)
         while isinstance(w, ProposerWrapper):
             covered.add(type(w))
