@@ -8,6 +8,13 @@ per category, never one averaged number.
     from specdecode_ref.measure.workloads import load_workloads
     wl = load_workloads(["summarization", "qa"], per_category=2)
     wl["qa"][0]["messages"]     # a chat: list of {"role", "content"}; feed it to chat_ids()
+
+Two more prompt sets in the same categories share no text with the benchmark:
+``load_training_prompts`` (``data/train_prompts.json``, the drafters' self-distillation prompts)
+and ``load_heldout`` (``data/heldout.json``, 6 prompts per category). The held-out set is kept
+apart from everything tuned on the benchmark prompts (default K values, tree shapes, the
+per-prompt router trained on benchmark timings) and from drafter training, so results on it are
+reported separately, as held-out figures, never pooled with the benchmark's.
 """
 from __future__ import annotations
 
@@ -23,6 +30,9 @@ TRAIN_PROMPTS_PATH = Path(__file__).resolve().parent.parent / "data" / "train_pr
 #: A stream of requests that repeat each other's outputs (suffix decoding, notebook 11).
 #: Regenerate with ``python specdecode_ref/data/make_repeating_prompts.py``.
 REPEATING_PATH = Path(__file__).resolve().parent.parent / "data" / "repeating.json"
+#: Held-out prompts: same 7 categories, 6 each, disjoint from the benchmark and the training prompts;
+#: nothing is tuned or trained on them. Regenerate with ``python specdecode_ref/data/make_heldout_prompts.py``.
+HELDOUT_PATH = Path(__file__).resolve().parent.parent / "data" / "heldout.json"
 
 
 def _load_categories(path, remedy: str) -> dict:
@@ -76,7 +86,7 @@ def load_workloads(categories=None, per_category: int | None = None) -> dict:
 
 
 def _select(raw: dict, categories, per_category) -> dict:
-    """Shared argument handling of ``load_workloads`` / ``load_training_prompts``."""
+    """Shared argument handling of ``load_workloads`` / ``load_training_prompts`` / ``load_heldout``."""
     names = _parse_categories(categories)
     if per_category is not None and (not isinstance(per_category, int) or isinstance(per_category, bool)
                                      or per_category < 1):
@@ -107,6 +117,24 @@ def load_training_prompts(categories=None, per_category: int | None = None) -> d
     return _select(_raw_train()["categories"], categories, per_category)
 
 
+@lru_cache(maxsize=1)
+def _raw_heldout() -> dict:
+    return _load_categories(HELDOUT_PATH, "regenerate it with `python specdecode_ref/data/make_heldout_prompts.py` "
+                                          "(or reinstall specdecode_ref with package data)")
+
+
+def load_heldout(categories=None, per_category: int | None = None) -> dict:
+    """Return the held-out prompts as ``{category: [prompt, ...]}`` (like ``load_workloads``).
+
+    Original prompts in the benchmark's categories (6 per category, ids ``heldout-<category>-NN``)
+    that share no text with the benchmark or the training prompts. Nothing is tuned on them (default
+    K, tree shapes, the per-prompt router) and no drafter is trained on them: report results on them
+    separately, as held-out figures. ``categories`` / ``per_category`` behave exactly as in
+    ``load_workloads``. The dicts are copies.
+    """
+    return _select(_raw_heldout()["categories"], categories, per_category)
+
+
 def training_conversations(categories=None, per_category: int | None = None, max_chars: int | None = None) -> list:
     """The training chats as a flat list of message lists, interleaving categories round-robin.
 
@@ -134,7 +162,8 @@ def training_conversations(categories=None, per_category: int | None = None, max
 
 
 __all__ = ["CATEGORIES", "INPUT_GROUNDED", "OPEN_ENDED", "WORKLOADS_PATH", "load_workloads",
-           "TRAIN_PROMPTS_PATH", "load_training_prompts", "training_conversations"]
+           "TRAIN_PROMPTS_PATH", "load_training_prompts", "training_conversations", "HELDOUT_PATH",
+           "load_heldout"]
 
 
 def load_repeating(per_family: int | None = None, families=None) -> list:
