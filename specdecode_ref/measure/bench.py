@@ -358,13 +358,15 @@ def _aggregate(group) -> dict:
     }
 
 
-def summarize(df, reference: str = REFERENCE):
+def summarize(df, reference: str = REFERENCE, intervals: bool = True, n_boot: int = 2000, seed: int = 0):
     """Aggregate per (category, method) and over all prompts (category ``"overall"``).
 
     tokens_per_s = total tokens / total seconds (long outputs weigh more, as in a server);
     speedup = tokens_per_s / the reference's in the same category; tau and acceptance_rate from the
     merged SpecStats (HF methods: NaN); identical = fraction of prompts whose output equals the
-    reference's token for token.
+    reference's token for token. With ``intervals`` (and every method on every prompt): 95 %
+    paired bootstrap intervals speedup_lo/hi and tau_lo/hi, and time per output token at the
+    median and 99th percentile over prompts (``measure.intervals``).
     """
     import pandas as pd
 
@@ -380,7 +382,14 @@ def summarize(df, reference: str = REFERENCE):
             rows.append({"category": cat, "method": m, **agg, "speedup": agg["tokens_per_s"] / base})
     cols = ["category", "method", "prompts", "tokens", "seconds", "tokens_per_s", "speedup", "tau",
             "acceptance_rate", "identical"]
-    return pd.DataFrame(rows)[cols]
+    out = pd.DataFrame(rows)[cols]
+    if intervals and reference in set(df["method"]):
+        from .intervals import bootstrap_summary
+
+        extra = ["speedup_lo", "speedup_hi", "tau_lo", "tau_hi", "tpot_p50_ms", "tpot_p99_ms"]
+        boot = bootstrap_summary(df, reference=reference, n_boot=n_boot, seed=seed)
+        out = out.merge(boot[["category", "method"] + extra], on=["category", "method"], how="left")
+    return out
 
 
 def _fmt(x, spec):
@@ -398,12 +407,21 @@ def format_tables(summary) -> str:
             "identical"]
     cats = [c for c in dict.fromkeys(summary["category"]) if c != OVERALL]
     cats += [OVERALL] if (summary["category"] == OVERALL).any() else []
+    has_ci = {"speedup_lo", "speedup_hi", "tpot_p50_ms"} <= set(summary.columns)
+    if has_ci:  # the interval beside the speedup, and the per-token latency percentiles
+        cols = cols[:cols.index("speedup") + 1] + ["speedup_ci"] + cols[cols.index("speedup") + 1:] + \
+            ["tpot_p50_ms", "tpot_p99_ms"]
+        headers = {**headers, "speedup_ci": "95% CI", "tpot_p50_ms": "ms/tok p50", "tpot_p99_ms": "p99"}
+        formats = {**formats, "tpot_p50_ms": ".1f", "tpot_p99_ms": ".1f"}
     out = []
     for cat in cats:
         part = summary[summary["category"] == cat]
         cells = [[headers[c] for c in cols]]
         for _, r in part.iterrows():
-            cells.append([_fmt(r[c], formats[c]) if c in formats else str(r[c]) for c in cols])
+            ci = "-" if not has_ci or r["speedup_lo"] != r["speedup_lo"] or r["method"] == REFERENCE else \
+                f"[{r['speedup_lo']:.2f}, {r['speedup_hi']:.2f}]"
+            cells.append([ci if c == "speedup_ci" else _fmt(r[c], formats[c]) if c in formats else str(r[c])
+                          for c in cols])
         widths = [max(len(row[i]) for row in cells) for i in range(len(cols))]
         lines = ["  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(row, widths)))
                  for row in cells]
@@ -461,20 +479,37 @@ def plot_speedups(summary, path=None, reference: str = REFERENCE, ax=None):
     hi = max(1.1, float(finite.max()) if finite.size else 1.1)
     norm = TwoSlopeNorm(vmin=lo, vcenter=1.0, vmax=hi)
     im = ax.imshow(np.ma.masked_invalid(values), cmap="RdBu", norm=norm, aspect="auto")
+    bounds = None
+    if {"speedup_lo", "speedup_hi"} <= set(summary.columns):
+        bounds = {(r["method"], r["category"]): (r["speedup_lo"], r["speedup_hi"]) for _, r in summary.iterrows()}
     for i in range(values.shape[0]):
         for j in range(values.shape[1]):
             v = values[i, j]
             if np.isfinite(v):
                 dark = abs(norm(v) - 0.5) > 0.3
-                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=9,
+                lo_hi = bounds.get((methods[i], cats[j])) if bounds else None
+                if lo_hi is None or not np.isfinite(lo_hi[0]):
+                    ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=9,
+                            color="white" if dark else "black")
+                    continue
+                # the value, its 95 % interval under it; "≈" and a dashed frame when it contains 1
+                level = lo_hi[0] <= 1.0 <= lo_hi[1]
+                ax.text(j, i - 0.12, ("≈" if level else "") + f"{v:.2f}", ha="center", va="center", fontsize=9,
+                        color="white" if dark else "black", fontweight="normal" if level else "bold")
+                ax.text(j, i + 0.22, f"{lo_hi[0]:.2f}–{lo_hi[1]:.2f}", ha="center", va="center", fontsize=6.5,
                         color="white" if dark else "black")
+                if level:
+                    ax.add_patch(plt.Rectangle((j - 0.46, i - 0.46), 0.92, 0.92, fill=False, ls="--", lw=0.8,
+                                               ec="0.35"))
     ax.set_xticks(range(len(cats)))
     ax.set_xticklabels(cats, rotation=30, ha="right", fontsize=9)
     ax.set_yticks(range(len(methods)))
     ax.set_yticklabels(methods, fontsize=9)
     if OVERALL in cats and len(cats) > 1:
         ax.axvline(len(cats) - 1.5, color="black", lw=1.5)
-    ax.set_title(f"Speedup over {reference} (tokens/s ratio; 1.00 = as fast)", fontsize=10)
+    ax.set_title(f"Speedup over {reference} (tokens/s ratio; 1.00 = as fast)"
+                 + ("\nunder each value its 95 % paired bootstrap interval; ≈ and a dashed frame: it contains 1"
+                    if bounds else ""), fontsize=10)
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02, label="speedup")
     if path is not None:
         fig.tight_layout()
@@ -595,6 +630,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
                    help="comma-separated; registered methods or proposer names, NAME@K sets K for one "
                         f"(default: %(default)s; available: {', '.join(available_methods())})")
+    p.add_argument("--prompt-set", choices=["benchmark", "heldout"], default="benchmark",
+                   help="the benchmark prompts, or the held-out prompts nothing in the package was tuned on "
+                        "(report those separately; default: %(default)s)")
     p.add_argument("--categories", default=None, help="comma-separated workload categories (default: all)")
     p.add_argument("--per-category", type=int, default=8, help="prompts per category (default: %(default)s)")
     p.add_argument("--max-new-tokens", type=int, default=128, help="default: %(default)s")
@@ -641,7 +679,12 @@ def main(argv=None) -> int:
                     load_proposer(name)  # a planned proposer: "not in this version yet"
                 except ValueError:
                     raise ValueError(f"unknown method {name!r}; available: {available_methods()}") from None
-        workloads = load_workloads(args.categories, per_category=args.per_category)
+        if args.prompt_set == "heldout":
+            from .workloads import load_heldout
+
+            workloads = load_heldout(args.categories, per_category=args.per_category)
+        else:
+            workloads = load_workloads(args.categories, per_category=args.per_category)
     except (ValueError, NotImplementedError) as e:
         raise SystemExit(f"error: {e}") from None
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
@@ -656,7 +699,7 @@ def main(argv=None) -> int:
             raise SystemExit("method hf-assisted needs --assistant-model NAME_OR_PATH")
         assistant = load_draft_model(model)  # the shipped distilled draft: the same one as method "draft"
     config = {
-        "methods": methods, "categories": list(workloads), "per_category": args.per_category,
+        "methods": methods, "prompt_set": args.prompt_set, "categories": list(workloads), "per_category": args.per_category,
         "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "warmup": args.warmup, "k": args.k,
         "model": args.model or "smollm2-135m-instruct", "assistant_model": args.assistant_model,
         "dtype": str(model.dtype).replace("torch.", ""), "device": str(_device(model)),
