@@ -9,4 +9,5 @@
     vllm_runner   run vLLM (in its own environment) on the same model and prompts, JSON in and out; its load sweep
     compare       our sweep beside vLLM's: one table, the crossover load, outputs token for token
     export        our trained drafters as model directories vLLM loads (draft model, EAGLE head)
+    advisor       vLLM's spec-decode counters + a cost curve -> tokens per step, speedup per K and batch size, best K
 """

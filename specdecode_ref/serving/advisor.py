@@ -1,0 +1,404 @@
+"""From what a serving engine reports to what speculation will do: tokens per step, speedup at each
+K and batch size, the best K, and the acceptance at which drafting breaks even.
+
+A production engine does not tell you whether speculation pays; it reports counters. vLLM exports
+four on its Prometheus endpoint (``vllm/v1/spec_decode/metrics.py``; ``LLM.get_metrics()`` offline):
+
+    spec_decode_num_drafts              request-steps that drafted something
+    spec_decode_num_draft_tokens        tokens drafted
+    spec_decode_num_accepted_tokens     drafted tokens the target accepted
+    spec_decode_num_accepted_tokens_per_pos[i]   drafts whose first i+1 tokens were all accepted
+
+``accepted_per_pos[i] / num_drafts`` is the survival s_i = P(the first i+1 drafted tokens are all
+kept). A step that drafts K tokens emits 1 + s_0 + ... + s_{K-1} tokens on average (the target's
+own token, plus each position that survives). Drafting K' < K tokens keeps the first K' of the
+same draft for a chain drafter (n-gram, draft model, EAGLE's chain), so the same survivals predict
+every smaller K exactly in expectation; a larger K needs an extrapolation, done here with the
+i.i.d. estimate of the acceptance rate (``analysis.estimate_alpha``) and flagged in the table.
+
+The cost side is a step time T(B, n): one target forward over B requests scoring n tokens each
+(``measure.batch_bench.measure_cost_surface`` on this machine, ``policies.roofline_cost`` as a
+shape, or ``measure.bench.measure_cost_curve`` at B = 1), plus the drafter's time per drafted token.
+Then, per batch size B and draft length K,
+
+    speedup(B, K) = E[tokens per step | K] * T(B, 1) / (T(B, K + 1) + K d(B) + o(B))
+
+with d(B) the time to draft one token for the batch and o(B) any other per-step overhead. The
+best K maximises it (0: do not speculate); break-even is where it equals 1.
+
+    from specdecode_ref.serving import advisor
+    profile = advisor.AcceptanceProfile.from_prometheus(open("metrics.txt").read())
+    advice = advisor.advise(profile, cost=advisor.roofline_cost(16), batch_sizes=(1, 8, 32))
+    advice.best            # B -> best K and its predicted speedup
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..analysis import break_even_alpha
+from ..metrics import SpecStats
+from .metrics import ACCEPTED_PER_POS, ACCEPTED_TOKENS, DRAFT_TOKENS, DRAFTS
+from .policies import roofline_cost, surface_cost
+
+__all__ = ["AcceptanceProfile", "Advice", "advise", "as_step_cost", "roofline_cost"]
+
+
+def _count(value, name: str) -> float:
+    x = float(value)
+    if not math.isfinite(x) or x < 0:
+        raise ValueError(f"{name} must be a finite count >= 0, got {value!r}")
+    return x
+
+
+@dataclass(frozen=True)
+class AcceptanceProfile:
+    """vLLM's four speculative-decoding counters, and what they say about acceptance.
+
+    num_drafts, num_draft_tokens, num_accepted_tokens: totals (or differences of two scrapes).
+    accepted_per_pos: [K] drafts whose first i+1 tokens were all accepted, i = 0..K-1.
+    """
+
+    num_drafts: float
+    num_draft_tokens: float
+    num_accepted_tokens: float
+    accepted_per_pos: tuple
+
+    def __post_init__(self):
+        for name in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
+            object.__setattr__(self, name, _count(getattr(self, name), name))
+        pos = tuple(_count(x, "accepted_per_pos") for x in self.accepted_per_pos)
+        object.__setattr__(self, "accepted_per_pos", pos)
+        if self.num_drafts <= 0:
+            raise ValueError("num_drafts is 0: the engine has not drafted yet, so the counters say nothing "
+                             "about acceptance (send traffic with speculation on, then read them)")
+        if not pos:
+            raise ValueError("accepted_per_pos is empty: per-position counts are needed to predict other K")
+        if any(b > a + 1e-9 for a, b in zip(pos, pos[1:])):
+            raise ValueError(f"accepted_per_pos must not increase with the position (a draft reaching position "
+                             f"i+1 reached i), got {list(pos)}")
+        if pos[0] > self.num_drafts + 1e-9:
+            raise ValueError(f"accepted_per_pos[0] = {pos[0]} exceeds num_drafts = {self.num_drafts}")
+        if abs(sum(pos) - self.num_accepted_tokens) > 1e-6 * max(1.0, self.num_accepted_tokens):
+            raise ValueError(f"accepted_per_pos sums to {sum(pos)}, not num_accepted_tokens = "
+                             f"{self.num_accepted_tokens}: the counters come from different scrapes")
+        if self.num_accepted_tokens > self.num_draft_tokens + 1e-9:
+            raise ValueError("more tokens accepted than drafted")
+
+    # -- constructors ------------------------------------------------------------------------
+    @classmethod
+    def from_counters(cls, counters: dict) -> "AcceptanceProfile":
+        """From a dict under vLLM's names, with or without the ``vllm:`` prefix and ``_total`` suffix
+        (``vllm_runner`` results, ``serving.metrics.vllm_counters``, a parsed scrape)."""
+        found = {}
+        for key, value in counters.items():
+            name = str(key).removeprefix("vllm:").removesuffix("_total")
+            found[name] = value
+        names = {"spec_decode_num_drafts": "num_drafts", "spec_decode_num_draft_tokens": "num_draft_tokens",
+                 "spec_decode_num_accepted_tokens": "num_accepted_tokens",
+                 "spec_decode_num_accepted_tokens_per_pos": "accepted_per_pos"}
+        missing = [n for n in names if n not in found]
+        if missing:
+            raise KeyError(f"counters lack {missing}; got {sorted(counters)}")
+        per_pos = found["spec_decode_num_accepted_tokens_per_pos"]
+        per_pos = tuple(per_pos.values() if isinstance(per_pos, dict) else per_pos)
+        return cls(found["spec_decode_num_drafts"], found["spec_decode_num_draft_tokens"],
+                   found["spec_decode_num_accepted_tokens"], per_pos)
+
+    @classmethod
+    def from_prometheus(cls, text: str) -> "AcceptanceProfile":
+        """From the text of a Prometheus scrape (``curl host:8000/metrics``). Label sets other than
+        ``position`` (engine, model_name) are summed."""
+        totals: dict = {}
+        per_pos: dict = {}
+        line_re = re.compile(r"^(vllm:spec_decode_[a-z_]+?)(?:_total)?(\{[^}]*\})?\s+([0-9.eE+-]+|NaN)\s*$")
+        for line in text.splitlines():
+            m = line_re.match(line.strip())
+            if not m:
+                continue
+            name, labels, value = m.group(1), m.group(2) or "", float(m.group(3))
+            if name == ACCEPTED_PER_POS:
+                pos = re.search(r'position="(\d+)"', labels)
+                if pos is None:
+                    raise ValueError(f"a per-position line without a position label: {line!r}")
+                per_pos[int(pos.group(1))] = per_pos.get(int(pos.group(1)), 0.0) + value
+            elif name in (DRAFTS, DRAFT_TOKENS, ACCEPTED_TOKENS):
+                totals[name] = totals.get(name, 0.0) + value
+        if sorted(per_pos) != list(range(len(per_pos))):
+            raise ValueError(f"per-position counters for positions {sorted(per_pos)}: some are missing")
+        return cls.from_counters({**totals, ACCEPTED_PER_POS: [per_pos[i] for i in sorted(per_pos)]})
+
+    @classmethod
+    def from_stats(cls, stats: SpecStats) -> "AcceptanceProfile":
+        """From the course's SpecStats (one request, or pooled with ``metrics.merge_stats``)."""
+        return cls(stats.drafting_steps, stats.drafted, stats.accepted, tuple(stats.accepted_per_position))
+
+    def difference(self, earlier: "AcceptanceProfile") -> "AcceptanceProfile":
+        """The counters accumulated between two scrapes (``self`` the later one): a window of traffic."""
+        n = max(len(self.accepted_per_pos), len(earlier.accepted_per_pos))
+        pad = lambda xs: list(xs) + [0.0] * (n - len(xs))  # noqa: E731
+        return AcceptanceProfile(self.num_drafts - earlier.num_drafts, self.num_draft_tokens - earlier.num_draft_tokens,
+                                 self.num_accepted_tokens - earlier.num_accepted_tokens,
+                                 tuple(a - b for a, b in zip(pad(self.accepted_per_pos), pad(earlier.accepted_per_pos))))
+
+    # -- what the counters say -----------------------------------------------------------------
+    @property
+    def k(self) -> int:
+        """The longest draft the counters cover (positions reported)."""
+        return len(self.accepted_per_pos)
+
+    @property
+    def mean_draft_length(self) -> float:
+        """Tokens per draft; below ``k`` when the drafter sometimes proposes fewer (n-gram, suffix)."""
+        return self.num_draft_tokens / self.num_drafts
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        """vLLM's figure: 1 + accepted / drafts, the tokens a drafting step emits on average."""
+        return 1.0 + self.num_accepted_tokens / self.num_drafts
+
+    @property
+    def acceptance_rate(self) -> float:
+        """vLLM's draft acceptance rate, accepted / drafted (counts untested tokens as failures)."""
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else 0.0
+
+    @property
+    def survival(self) -> np.ndarray:
+        """s_i = P(the first i+1 drafted tokens all kept), i = 0..k-1, over drafting steps."""
+        return np.asarray(self.accepted_per_pos, dtype=float) / self.num_drafts
+
+    @property
+    def conditional(self) -> np.ndarray:
+        """a_i = s_i / s_{i-1}: acceptance at position i given every earlier one was kept (NaN where
+        no draft got that far)."""
+        s = self.survival
+        prev = np.concatenate([[1.0], s[:-1]])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(prev > 0, s / np.where(prev > 0, prev, 1.0), np.nan)
+
+    @property
+    def alpha(self) -> float:
+        """The i.i.d. acceptance rate that explains the counters: accepted / tested positions, a
+        draft's positions after its first rejection untested (``analysis.estimate_alpha``). Needs
+        drafts of full length k; shorter drafts make it an estimate from below."""
+        full = self.accepted_per_pos[-1]  # drafts with every position kept: no rejection tested
+        tested = self.num_accepted_tokens + (self.num_drafts - full)
+        return self.num_accepted_tokens / tested if tested > 0 else 1.0
+
+    def tokens_per_step(self, k: int) -> float:
+        """Expected tokens a drafting step emits when it drafts ``k`` tokens: 1 + s_0 + ... + s_{k-1};
+        past the measured positions the survival keeps falling by ``alpha`` per position."""
+        if not isinstance(k, (int, np.integer)) or k < 0:
+            raise ValueError(f"k must be an int >= 0, got {k!r}")
+        s = self.survival
+        if k <= len(s):
+            return float(1.0 + s[:k].sum())
+        extra = s[-1] * np.cumprod(np.full(k - len(s), self.alpha))
+        return float(1.0 + s.sum() + extra.sum())
+
+
+def as_step_cost(cost) -> Callable[[int, float], float]:
+    """T(B, n) as a function: a callable (returned as is), a measured surface (a DataFrame with
+    columns B, n, time_s), or a single-request cost curve (``bench.measure_cost_curve``'s dict, for
+    B = 1 only)."""
+    if callable(cost):
+        return cost
+    if isinstance(cost, dict) and "ns" in cost and "times_s" in cost:
+        from ..analysis import monotone_cost_curve
+
+        ns = np.asarray(sorted(cost["ns"]), dtype=float)
+        ts = monotone_cost_curve(ns, [t for _, t in sorted(zip(cost["ns"], cost["times_s"]))])
+
+        def one_request(b: int, n: float) -> float:
+            if b != 1:
+                raise ValueError(f"a single-request cost curve has no batch size {b}: measure a surface "
+                                 "(measure.batch_bench.measure_cost_surface)")
+            if n > ns[-1]:
+                slope = (ts[-1] - ts[0]) / (ns[-1] - ns[0]) if len(ns) > 1 else 0.0
+                return float(ts[-1] + slope * (n - ns[-1]))
+            return float(np.interp(n, ns, ts))
+
+        return one_request
+    if hasattr(cost, "columns") and {"B", "n", "time_s"} <= set(cost.columns):
+        return surface_cost(cost)
+    raise TypeError("cost must be a function T(B, n), a cost surface (columns B, n, time_s) or a cost curve "
+                    f"dict (ns, times_s); got {type(cost).__name__}")
+
+
+def _per_batch(value, b: int) -> float:
+    v = value(b) if callable(value) else value
+    v = float(v)
+    if not math.isfinite(v) or v < 0:
+        raise ValueError(f"a draft or overhead cost must be a finite number >= 0, got {v!r} at B = {b}")
+    return v
+
+
+@dataclass
+class Advice:
+    """What :func:`advise` predicts.
+
+    table: one row per (B, K): tokens_per_step, cost (one step's time over a plain step's),
+        speedup, break_even_alpha (i.i.d.; NaN: no acceptance rate pays for this K), extrapolated
+        (K beyond the positions the counters cover).
+    best: one row per B: the best K (0 = plain decoding wins) and its predicted speedup.
+    """
+
+    profile: AcceptanceProfile
+    table: object
+    best: object
+
+    def best_k(self, batch_size: int) -> int:
+        row = self.best[self.best.B == batch_size]
+        if row.empty:
+            raise KeyError(f"no advice for batch size {batch_size}; have {sorted(self.best.B)}")
+        return int(row.k.iloc[0])
+
+    def speedup(self, batch_size: int, k: int) -> float:
+        row = self.table[(self.table.B == batch_size) & (self.table.K == k)]
+        if row.empty:
+            raise KeyError(f"no prediction for B = {batch_size}, K = {k}")
+        return float(row.speedup.iloc[0])
+
+
+def advise(profile: AcceptanceProfile, cost=None, draft_cost: float | Callable[[int], float] = 0.0,
+           ks: Sequence[int] = range(1, 9), batch_sizes: Sequence[int] = (1,),
+           overhead: float | Callable[[int], float] = 0.0) -> Advice:
+    """Predicted speedup of speculation at every K in ``ks`` and batch size in ``batch_sizes``.
+
+    profile: the acceptance counters. cost: T(B, n) (see :func:`as_step_cost`; None = a roofline
+    with its knee at 16 tokens). draft_cost: time to draft one token for the whole batch of B, in
+    the unit of T (a number or a function of B; 0 for n-gram and suffix lookups). overhead: time a
+    speculative step pays beyond the forward and the drafting (verification, rollback), same unit.
+    """
+    import pandas as pd
+
+    if not isinstance(profile, AcceptanceProfile):
+        raise TypeError(f"profile must be an AcceptanceProfile, got {type(profile).__name__}")
+    step = as_step_cost(roofline_cost(16.0) if cost is None else cost)
+    ks = [int(k) for k in ks]
+    if not ks or min(ks) < 1:
+        raise ValueError(f"ks must hold ints >= 1, got {ks!r}")
+    sizes = [int(b) for b in batch_sizes]
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"batch_sizes must hold ints >= 1, got {batch_sizes!r}")
+    rows, best = [], []
+    for b in sizes:
+        t1 = float(step(b, 1))
+        if not t1 > 0:
+            raise ValueError(f"T({b}, 1) must be > 0, got {t1}")
+        d, o = _per_batch(draft_cost, b), _per_batch(overhead, b)
+        top = (1.0, 0)
+        for k in ks:
+            spend = (float(step(b, k + 1)) + k * d + o) / t1
+            tokens = profile.tokens_per_step(k)
+            speedup = tokens / spend
+            be = break_even_alpha(k, d / t1, lambda kk, b=b, o=o: (float(step(b, kk + 1)) + o) / t1)
+            rows.append({"B": b, "K": k, "tokens_per_step": tokens, "cost": spend, "speedup": speedup,
+                         "break_even_alpha": be, "extrapolated": k > profile.k})
+            if speedup > top[0] + 1e-12:  # ties keep the smaller K; K = 0 (plain) unless something beats it
+                top = (speedup, k)
+        best.append({"B": b, "k": top[1], "speedup": top[0]})
+    return Advice(profile, pd.DataFrame(rows), pd.DataFrame(best))
+
+
+def predicted_vs_measured(counters: dict, cost_curve: dict, reference: str = "plain"):
+    """The advisor's prediction for runs whose outcome is known: one row per method of
+    ``counters`` (``measure.routing`` tables keep them: vLLM's four counters plus steps, emitted,
+    draft_time_s, target_time_s, prefill_time_s and wall_time_s, pooled over prompts).
+
+    Decode phase only (prefill left out). Predicted: the counters' tokens per step over a step's
+    cost, T(k̄ + 1) on drafting steps and T(1) on the others (``cost_curve``, the single-request
+    curve), plus the drafter's measured time per step; "with overheads" adds the engine's measured
+    time per step outside the target and the drafter (to both sides). Measured: decode tokens per
+    second over the reference's. The gap between the two predictions is what a forward-time model
+    leaves out.
+    """
+    import pandas as pd
+
+    step = as_step_cost(cost_curve)
+    t1 = step(1, 1)
+    base = counters[reference]
+
+    def decode_s(c):
+        return c["wall_time_s"] - c["prefill_time_s"]
+
+    def overhead(c):
+        return (c["wall_time_s"] - c["target_time_s"] - c["draft_time_s"]) / c["steps"]
+
+    plain_rate = base["emitted"] / decode_s(base)
+    plain_cost = t1 + overhead(base)
+    rows = []
+    for name, c in counters.items():
+        if name == reference or not c.get("spec_decode_num_drafts"):
+            continue
+        f = c["spec_decode_num_drafts"] / c["steps"]
+        k_mean = c["spec_decode_num_draft_tokens"] / c["spec_decode_num_drafts"]
+        tokens = c["emitted"] / c["steps"]
+        forward = f * step(1, k_mean + 1) + (1 - f) * t1
+        draft = c["draft_time_s"] / c["steps"]
+        rows.append({"method": name, "k_mean": k_mean, "drafting_share": f, "tau": tokens,
+                     "predicted": tokens / ((forward + draft) / t1),
+                     "predicted_with_overheads": tokens / ((forward + draft + overhead(c)) / plain_cost),
+                     "measured": (c["emitted"] / decode_s(c)) / plain_rate})
+    out = pd.DataFrame(rows)
+    out["measured_over_predicted"] = out.measured / out.predicted_with_overheads
+    return out
+
+
+# ---- K fitted to the machine at hand --------------------------------------------------------------
+
+def machine_cost_curve(model, max_n: int = 10, refresh: bool = False) -> dict:
+    """This machine's single-request cost curve T(n), n = 1..max_n (``bench.measure_cost_curve``,
+    a few seconds), measured once and cached under the model cache directory by CPU, threads,
+    device and dtype, so every later ``k="auto"`` reads it."""
+    import torch
+
+    from ..measure.bench import measure_cost_curve
+    from ..measure.claims import cpu_name
+    from ..models import cache_dir
+
+    p = next(model.parameters())
+    key = re.sub(r"[^A-Za-z0-9]+", "-", f"{cpu_name()}-{torch.get_num_threads()}t-{p.device.type}-{p.dtype}").strip("-")
+    path = Path(cache_dir()) / "cost_curves" / f"{key}-{model.config.num_hidden_layers}l-{model.config.hidden_size}h.json"
+    if path.exists() and not refresh:
+        curve = json.loads(path.read_text())
+        if max(curve["ns"]) >= max_n:
+            return curve
+    window = getattr(model.config, "max_position_embeddings", None) or 4096
+    curve = measure_cost_curve(model, ns=range(1, max_n + 1), context_len=min(256, window - max_n), repeats=5)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(curve))
+    return curve
+
+
+def fitted_k(name: str, model, ks: Sequence[int] = range(1, 9), counters: dict | None = None) -> tuple:
+    """The draft length the advisor predicts fastest for drafter ``name`` on this machine: its
+    stored acceptance counters (``measure.routing``'s benchmark table, unless ``counters``), its
+    drafting cost per token relative to a plain step in that run, and this machine's cost curve
+    (:func:`machine_cost_curve`). Returns (k, advice); k = 0 when no K beats plain decoding.
+    Chains only: a tree's node budget is not a prefix of a larger one (see the module docstring)."""
+    if counters is None:
+        from ..measure.routing import load_table
+
+        meta = load_table("benchmark")["meta"]
+        counters, t1_run = meta["counters"], meta["cost_curve"]["times_s"][0]
+    else:
+        t1_run = counters["_t1_s"]
+    if name not in counters or name == "plain":
+        raise ValueError(f"no stored acceptance counters for {name!r}; k='auto' knows "
+                         f"{sorted(k for k in counters if not k.startswith('_') and k != 'plain')}")
+    c = counters[name]
+    if name in ("medusa", "hydra", "eagle-tree"):
+        raise ValueError(f"{name!r} drafts a tree: k='auto' chooses a chain's K (a smaller tree is not a prefix "
+                         "of a larger one); pass its node budget as k")
+    profile = AcceptanceProfile.from_counters(c)
+    c_rel = c["draft_time_s"] / max(c["spec_decode_num_draft_tokens"], 1) / t1_run
+    curve = machine_cost_curve(model, max_n=max(ks) + 1)
+    advice = advise(profile, cost=curve, draft_cost=c_rel * curve["times_s"][0], ks=ks)
+    return advice.best_k(1), advice

@@ -1,0 +1,200 @@
+"""The advisor: counters read the same from vLLM's names, a Prometheus scrape and SpecStats; the
+survivals predict a shorter K exactly (each draft truncated); the best K agrees with the i.i.d.
+optimum; bad counters are refused. A planted wrong survival (per drafted token instead of per
+draft) must fail the exactness check."""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from support import make_tiny_llama, noisy
+from specdecode_ref import analysis as A
+from specdecode_ref import generate
+from specdecode_ref.metrics import SpecStats
+from specdecode_ref.proposers.draft_model import DraftModelProposer, build_draft_model
+from specdecode_ref.proposers import load_proposer
+from specdecode_ref.serving import advisor
+from specdecode_ref.serving.advisor import AcceptanceProfile, advise
+from specdecode_ref.serving.metrics import vllm_counters
+
+
+def iid_stats(alpha: float, k: int, steps: int, seed: int = 0) -> SpecStats:
+    """Counters of ``steps`` drafts of k tokens, each position kept with probability alpha until the
+    first rejection."""
+    rng = np.random.default_rng(seed)
+    stats = SpecStats()
+    for _ in range(steps):
+        kept = 0
+        while kept < k and rng.random() < alpha:
+            kept += 1
+        stats.record_step(k, kept, kept + 1)
+    return stats
+
+
+@pytest.fixture(scope="module")
+def real_stats():
+    """A greedy run of a draft model on a tiny Llama: real accepted lengths, k = 5."""
+    target = make_tiny_llama(vocab_size=64, seed=3, sharpness=2.0)
+    draft = noisy(build_draft_model(copy.deepcopy(target), (1,)), 0.4, 1)
+    out = generate(target, torch.tensor([5, 9, 2, 7, 7, 1, 3]), DraftModelProposer(draft, k=5), max_new_tokens=120,
+                   stop_on_eos=False)
+    assert out.stats.drafting_steps > 10 and 0 < out.stats.accepted < out.stats.drafted
+    return out.stats
+
+
+def prometheus_text(stats: SpecStats, engines=2) -> str:
+    """A scrape as vLLM's /metrics prints it, the counts split over ``engines`` label sets."""
+    c = vllm_counters(stats)
+    lines = ["# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.",
+             "# TYPE vllm:spec_decode_num_drafts_total counter"]
+    for e in range(engines):
+        share = (lambda x: x - (engines - 1) * (x // engines)) if e == 0 else (lambda x: x // engines)
+        lab = f'engine="{e}",model_name="smollm2"'
+        lines += [f"vllm:spec_decode_num_drafts_total{{{lab}}} {float(share(c['vllm:spec_decode_num_drafts']))}",
+                  f"vllm:spec_decode_num_draft_tokens_total{{{lab}}} {float(share(c['vllm:spec_decode_num_draft_tokens']))}",
+                  f"vllm:spec_decode_num_accepted_tokens_total{{{lab}}} "
+                  f"{float(share(c['vllm:spec_decode_num_accepted_tokens']))}"]
+        lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="{i}"}} {float(share(v))}'
+                  for i, v in enumerate(c["vllm:spec_decode_num_accepted_tokens_per_pos"])]
+    lines.append("vllm:num_requests_running{engine=\"0\"} 3.0")
+    return "\n".join(lines) + "\n"
+
+
+def test_counters_read_alike_from_every_source(real_stats):
+    a = AcceptanceProfile.from_stats(real_stats)
+    b = AcceptanceProfile.from_counters(vllm_counters(real_stats))
+    c = AcceptanceProfile.from_prometheus(prometheus_text(real_stats))
+    assert a == b == c
+    assert a.mean_acceptance_length == pytest.approx(real_stats.vllm_mean_acceptance_length)
+    assert a.tokens_per_step(a.k) == pytest.approx(a.mean_acceptance_length)
+    assert a.acceptance_rate == pytest.approx(real_stats.acceptance_rate)
+
+
+def truncated_tau(stats: SpecStats, k: int) -> float:
+    """Tokens per drafting step had each draft been cut to k tokens: a greedy chain's first k tokens
+    are the same draft, so a step keeps min(accepted, k) of them, plus the target's token."""
+    kept = [a for a, d in zip(stats.accepted_lengths, stats.draft_lengths) if d > 0]
+    return float(np.mean([1 + min(a, k) for a in kept]))
+
+
+def wrong_survival(self):  # the planted bug: per drafted token, not per draft
+    return np.asarray(self.accepted_per_pos, dtype=float) / self.num_draft_tokens
+
+
+@pytest.mark.parametrize("bug", [None, "per_token_survival"])
+def test_survivals_predict_every_shorter_k_exactly(real_stats, bug, monkeypatch):
+    if bug:
+        monkeypatch.setattr(AcceptanceProfile, "survival", property(wrong_survival))
+    profile = AcceptanceProfile.from_stats(real_stats)
+
+    def check():
+        for k in range(1, profile.k + 1):
+            assert profile.tokens_per_step(k) == pytest.approx(truncated_tau(real_stats, k), abs=1e-12)
+
+    if bug:
+        with pytest.raises(AssertionError):
+            check()
+    else:
+        check()
+
+
+def test_past_the_measured_k_survival_falls_by_alpha():
+    stats = iid_stats(0.7, 4, 20000, seed=1)
+    profile = AcceptanceProfile.from_stats(stats)
+    assert profile.alpha == pytest.approx(A.estimate_alpha(stats.accepted_lengths, stats.draft_lengths))
+    assert profile.alpha == pytest.approx(0.7, abs=0.01)
+    # accepted / drafted is biased low (untested positions counted as failures): the estimate is not
+    assert profile.acceptance_rate < 0.6
+    for k in (6, 8):
+        assert profile.tokens_per_step(k) == pytest.approx(float(A.expected_tokens_per_step(0.7, k)), rel=0.02)
+    assert profile.conditional == pytest.approx([0.7] * 4, abs=0.02)
+
+
+def test_best_k_is_the_iid_optimum_at_one_request():
+    profile = AcceptanceProfile.from_stats(iid_stats(0.8, 10, 40000, seed=2))
+    curve = {"ns": list(range(1, 12)), "times_s": [1.0 + 0.06 * (n - 1) for n in range(1, 12)]}
+    c = 0.08
+    adv = advise(profile, cost=curve, draft_cost=c, ks=range(1, 11))
+    v = A.verify_cost_from_curve(curve["ns"], curve["times_s"])
+    assert adv.best_k(1) == A.optimal_k(profile.alpha, c, v, k_max=10)
+    row = adv.table[adv.table.K == 3].iloc[0]
+    assert row.speedup == pytest.approx(profile.tokens_per_step(3) / (3 * c + v(3)))
+    assert row.break_even_alpha == pytest.approx(A.break_even_alpha(3, c, v))
+    assert not row.extrapolated and adv.table[adv.table.K == 10].extrapolated.iloc[0] == False  # noqa: E712
+
+
+def test_a_full_batch_turns_speculation_off():
+    """With a roofline whose knee is 16 tokens, 32 requests are compute-bound: every drafted token
+    costs a full share of the forward, so plain decoding (K = 0) wins; one request speculates."""
+    profile = AcceptanceProfile.from_stats(iid_stats(0.6, 4, 5000))
+    adv = advise(profile, cost=advisor.roofline_cost(16.0), ks=range(1, 5), batch_sizes=(1, 32))
+    assert adv.best_k(1) == 4 and adv.best_k(32) == 0
+    assert adv.best.set_index("B").loc[32, "speedup"] == 1.0
+    # a step of 4 drafts costs 5 plain steps there: only perfect acceptance breaks even
+    assert adv.table[(adv.table.B == 32) & (adv.table.K == 4)].break_even_alpha.iloc[0] == pytest.approx(1.0)
+
+
+def test_bad_counters_are_refused():
+    with pytest.raises(ValueError, match="not drafted yet"):
+        AcceptanceProfile(0, 0, 0, (0,))
+    with pytest.raises(ValueError, match="different scrapes"):
+        AcceptanceProfile(10, 40, 12, (8, 3))
+    with pytest.raises(ValueError, match="must not increase"):
+        AcceptanceProfile(10, 40, 9, (3, 6))
+    with pytest.raises(KeyError, match="lack"):
+        AcceptanceProfile.from_counters({"vllm:spec_decode_num_drafts": 3})
+    with pytest.raises(ValueError, match="missing"):
+        AcceptanceProfile.from_prometheus('vllm:spec_decode_num_drafts_total 5\n'
+                                          'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="1"} 2\n')
+    profile = AcceptanceProfile(10, 40, 11, (8, 3))
+    with pytest.raises(TypeError, match="cost must be"):
+        advise(profile, cost="fast")
+    with pytest.raises(ValueError, match="no batch size 4"):
+        advise(profile, cost={"ns": [1, 2, 3], "times_s": [1.0, 1.1, 1.2]}, batch_sizes=(4,))
+    later = AcceptanceProfile(30, 120, 31, (20, 11))
+    assert later.difference(profile) == AcceptanceProfile(20, 80, 20, (12, 8))
+
+
+def test_prediction_matches_a_run_whose_forwards_follow_the_curve():
+    """Forward times exactly on the cost curve, drafting timed, no other overhead: the predicted
+    decode speedup is the measured one; a 1 ms per step overhead moves both sides alike only in the
+    prediction that includes it."""
+    T = lambda n: 0.01 * (1 + 0.05 * (n - 1))  # noqa: E731
+    curve = {"ns": list(range(1, 9)), "times_s": [T(n) for n in range(1, 9)]}
+    plain = {"steps": 100, "emitted": 100, "prefill_time_s": 0.1, "target_time_s": 0.1 + 100 * T(1),
+             "draft_time_s": 0.0, "wall_time_s": 0.1 + 100 * T(1), "spec_decode_num_drafts": 0}
+    spec = {"steps": 50, "emitted": 120, "spec_decode_num_drafts": 50, "spec_decode_num_draft_tokens": 150,
+            "prefill_time_s": 0.1, "target_time_s": 0.1 + 50 * T(4), "draft_time_s": 50 * 0.002}
+    spec["wall_time_s"] = spec["target_time_s"] + spec["draft_time_s"]
+    row = advisor.predicted_vs_measured({"plain": plain, "spec": spec}, curve).iloc[0]
+    expected = (120 / (50 * T(4) + 50 * 0.002)) / (100 / (100 * T(1)))
+    assert row.measured == pytest.approx(expected) and row.predicted == pytest.approx(expected)
+    assert row.predicted_with_overheads == pytest.approx(expected) and row.k_mean == 3
+    slow = dict(spec, wall_time_s=spec["wall_time_s"] + 50 * 0.001)
+    row = advisor.predicted_vs_measured({"plain": plain, "spec": slow}, curve).iloc[0]
+    assert row.predicted_with_overheads == pytest.approx(row.measured) and row.predicted > row.measured
+
+
+def test_fitted_k_reads_this_machines_curve_once(tiny_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDECODE_CACHE", str(tmp_path))
+    from specdecode_ref.measure import bench
+
+    calls = []
+    real = bench.measure_cost_curve
+    monkeypatch.setattr(bench, "measure_cost_curve", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    good = vllm_counters(iid_stats(0.9, 6, 3000, seed=3))
+    bad = vllm_counters(iid_stats(0.1, 6, 3000, seed=4))
+    counters = {"_t1_s": 1.0,
+                "good": {**{k.removeprefix("vllm:"): v for k, v in good.items()}, "draft_time_s": 0.0},
+                "bad": {**{k.removeprefix("vllm:"): v for k, v in bad.items()}, "draft_time_s": 0.5 * 18000}}
+    k_good, adv = advisor.fitted_k("good", tiny_model, ks=range(1, 7), counters=counters)
+    k_bad, _ = advisor.fitted_k("bad", tiny_model, ks=range(1, 7), counters=counters)
+    assert k_good >= 3 and k_bad == 0 and len(calls) == 1  # measured once, then read from the cache
+    assert adv.speedup(1, k_good) == adv.best.speedup.iloc[0]
+    with pytest.raises(ValueError, match="no stored acceptance counters"):
+        advisor.fitted_k("eagle", tiny_model, counters=counters)
+    with pytest.raises(ValueError, match="or 'auto'"):
+        load_proposer("ngram", tiny_model, k="fast")
