@@ -5,7 +5,10 @@ checks its formulas against a real model.
     timing          median-of-runs timing, decode rates, the quiet-machine check before measuring
     run_size        one switch for the notebooks' experiment sizes: full (committed outputs) or small (make test)
     bench           every method on the same prompts vs Hugging Face (``python -m specdecode_ref.measure.bench``)
-    workloads       the benchmark's prompts by category, the disjoint training prompts, a stream of repeating requests
+    workloads       the benchmark's prompts by category, a held-out set, the disjoint training prompts, a stream of repeating requests
+    intervals       paired, stratified bootstrap intervals on speedup and tau; time per output token percentiles
+    routing         per-prompt timings of every drafter, a router fitted to them, its regret to the oracle (notebook 12)
+    context_length  each drafter's acceptance as the context grows (notebook 12)
     compare         interleaved runs of several proposers, per-method tables, decode rates, one step probed
     sampling_regime drafting from q vs greedy one-hot at T = 0, 0.7, 1.0: α, predicted α, τ per drafter
     stats           chi-square and uniformity tests for "the output follows the target distribution"

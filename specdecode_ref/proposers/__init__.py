@@ -1,6 +1,8 @@
 """Proposers (drafters) and ``load_proposer``, the one entry point that builds them by name."""
 from __future__ import annotations
 
+import os
+
 from .base import DRAFT_SAMPLING, DecodeState, Draft, Proposer, StepOutcome, resolve_draft_sampling
 from .draft_model import DraftModelProposer
 from .eagle import EagleProposer
@@ -84,6 +86,34 @@ def _suffix(target, k, draft_sampling=None, **kwargs):
     return SuffixProposer(k=k, **kwargs)
 
 
+def _router(target, k, policy=None, candidate_kwargs=None):
+    # A drafter chosen per request by a policy fitted to this machine's per-prompt timings
+    # (notebook 12; refit with ``python -m specdecode_ref.measure.routing``). Each candidate keeps
+    # its own default k.
+    from .router import PLAIN, RouterPolicy, RouterProposer, shipped_policy
+    if k is not None:
+        raise ValueError("the router drafts with each candidate's own k: pass no k (set it in candidate_kwargs)")
+    policy = shipped_policy() if policy is None else policy
+    if isinstance(policy, (str, os.PathLike)):
+        policy = RouterPolicy.from_json(policy)
+    names = getattr(policy, "candidates", None)
+    if not names:
+        raise ValueError("policy must list its candidates (a RouterPolicy, or a path to one saved with to_json)")
+    extra = candidate_kwargs or {}
+    return RouterProposer({n: None if n == PLAIN else load_proposer(n, target, **extra.get(n, {})) for n in names},
+                          policy)
+
+
+def _bandit(target, k, candidates=("plain", "ngram", "draft", "eagle"), probe_steps: int = 3, candidate_kwargs=None):
+    # Tries every candidate for probe_steps steps of each request, keeps the fastest (notebook 12).
+    from .router import PLAIN, BanditRouter
+    if k is not None:
+        raise ValueError("the bandit drafts with each candidate's own k: pass no k (set it in candidate_kwargs)")
+    extra = candidate_kwargs or {}
+    return BanditRouter({n: None if n == PLAIN else load_proposer(n, target, **extra.get(n, {})) for n in candidates},
+                        probe_steps=probe_steps)
+
+
 # name -> (builder(target, k, **kwargs), default k). The model-based defaults were picked from one
 # measured sweep (bf16, 2 CPU threads, one prompt per benchmark category, 48 tokens): each drafter's
 # fastest k. On this CPU a drafted token costs the draft model about a fifth of a target forward,
@@ -102,6 +132,8 @@ _REGISTRY = {
     "eagle": (_eagle, 2),
     "eagle-tree": (_eagle_tree, 16),
     "suffix": (_suffix, 24),
+    "router": (_router, None),  # k: each candidate's own
+    "bandit": (_bandit, None),
 }
 
 
@@ -116,9 +148,12 @@ def register_proposer(name: str, builder, default_k: int) -> None:
 
 def load_proposer(name: str, target=None, k: int | None = None, **kwargs) -> Proposer:
     """Build a proposer by name: "ngram", "draft", "draft-fullvocab", "early-exit", "medusa",
-    "medusa-chain", "hydra", "hydra-chain", "eagle", "eagle-tree", "suffix" (see ``available_proposers()``).
+    "medusa-chain", "hydra", "hydra-chain", "eagle", "eagle-tree", "suffix", and the drafters that
+    choose among them per request, "router" and "bandit" (see ``available_proposers()``).
 
     Model-based proposers load their shipped weights for the embedded model and need ``target``.
+    ``k="auto"``: the K the advisor predicts fastest on this machine (``serving.advisor.fitted_k``:
+    stored acceptance counters, this machine's cost curve measured once and cached; chains only).
     ``draft_sampling="sample"|"greedy"`` (see ``DRAFT_SAMPLING``) picks how chain drafters choose
     tokens when the request samples; deterministic drafters (n-gram, trees) accept only "greedy".
     """
@@ -126,6 +161,20 @@ def load_proposer(name: str, target=None, k: int | None = None, **kwargs) -> Pro
     if key not in _REGISTRY:
         raise ValueError(f"unknown proposer {name!r}; available: {available_proposers()}")
     builder, default_k = _REGISTRY[key]
+    if isinstance(k, str):
+        if k != "auto":
+            raise ValueError(f"k must be an int >= 1, None (the default) or 'auto', got {k!r}")
+        if target is None:
+            raise ValueError("k='auto' fits k to this machine's cost curve: pass the target model")
+        from ..serving.advisor import fitted_k
+
+        k, _ = fitted_k(key, target)
+        if k == 0:
+            import warnings
+
+            warnings.warn(f"on this machine the advisor predicts that no K makes {key!r} faster than plain "
+                          "decoding; drafting 1 token per step, the cheapest", stacklevel=2)
+            k = 1
     proposer = builder(target, default_k if k is None else k, **kwargs)
     if target is not None:
         proposer.check_compatible(target)
