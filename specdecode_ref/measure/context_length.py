@@ -1,0 +1,167 @@
+"""Does acceptance decay as the context grows? Each drafter's acceptance on the same task with more
+and more text before it.
+
+The task is fixed: summarise one passage, the *last* document of the prompt. Only what comes before
+it changes: 0, then more and more other documents (the benchmark's summarisation passages and
+retrieval documents), so the context grows from a few hundred tokens to several thousand while the
+answer stays about the same. What could make acceptance fall:
+
+* a drafter trained on short chats (the shipped draft model, EAGLE's and Medusa's heads were
+  distilled on prompts of a few hundred tokens) meets positions and attention spans it never saw;
+* heads that read the target's last hidden state (Medusa, Hydra, EAGLE) inherit whatever the long
+  context does to that state;
+* prompt lookup gains: a longer prompt has more n-grams to copy, and also more wrong ones.
+
+Acceptance is reported per drafter and context length as the first position's rate (drafts whose
+first token was kept, with a Wilson interval), the i.i.d. alpha (``analysis.estimate_alpha``) and tau.
+
+    python -m specdecode_ref.measure.context_length --out specdecode_ref/data/measured/context_length.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+from typing import Sequence
+
+from ..analysis import estimate_alpha
+
+DRAFTERS = ("ngram", "draft", "eagle", "hydra-chain")
+N_DOCS = (0, 2, 5, 11)
+STORED = Path(__file__).resolve().parent.parent / "data" / "measured" / "context_length.json"
+
+
+def _passages() -> tuple:
+    """(summarisation passages without their instruction, retrieval prompts' documents)."""
+    from .workloads import load_workloads
+
+    wl = load_workloads(["summarization", "rag_qa"])
+    summ = [p["messages"][-1]["content"].split("\n\n", 1)[-1].strip() for p in wl["summarization"]]
+    docs = [p["messages"][-1]["content"].rsplit("\n\n", 1)[0].strip() for p in wl["rag_qa"]]
+    return summ, docs
+
+
+def long_context_prompts(tokenizer, n_docs: Sequence[int] = N_DOCS, target: int = 0) -> list:
+    """Chat prompts that end with the same request about passage ``target`` (a summarisation
+    passage) after ``n`` other documents, for each n in ``n_docs``. Returns dicts n_docs, ids
+    (LongTensor [L]), context_tokens."""
+    from ..models import chat_ids
+
+    summ, docs = _passages()
+    if not 0 <= target < len(summ):
+        raise ValueError(f"target must index one of the {len(summ)} summarisation passages, got {target!r}")
+    fillers = [p for i, p in enumerate(summ) if i != target] + docs
+    out = []
+    for n in n_docs:
+        if not isinstance(n, int) or n < 0 or n > len(fillers):
+            raise ValueError(f"n_docs entries must be ints in 0..{len(fillers)}, got {n!r}")
+        parts = [f"Document {i + 1}:\n{text}" for i, text in enumerate(fillers[:n] + [summ[target]])]
+        request = "\n\n".join(parts) + f"\n\nSummarize Document {n + 1} in three sentences."
+        ids = chat_ids(tokenizer, [{"role": "user", "content": request}])
+        out.append({"n_docs": n, "ids": ids, "context_tokens": int(ids.numel())})
+    return out
+
+
+def wilson(successes: int, n: int, z: float = 1.96) -> tuple:
+    """Wilson score interval of a binomial rate (honest at small n and at rates near 0 or 1)."""
+    if n <= 0:
+        return float("nan"), float("nan")
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return centre - half, centre + half
+
+
+def acceptance_by_context(model, tokenizer, drafters: Sequence[str] = DRAFTERS, n_docs: Sequence[int] = N_DOCS,
+                          targets: Sequence[int] = (0, 1), max_new_tokens: int = 32, k: int | None = None,
+                          progress: bool = True):
+    """Greedy decoding of every long-context prompt with every drafter (its shipped default k
+    unless ``k``); one row per (drafter, target, n_docs): context_tokens, drafts, first_kept,
+    accepted, drafted, tau, alpha, identical (output equal to plain decoding's)."""
+    import pandas as pd
+    from tqdm.auto import tqdm
+
+    from ..engine import autoregressive_generate, generate
+    from ..proposers import load_proposer
+
+    proposers = {d: load_proposer(d, model) if k is None else load_proposer(d, model, k=k) for d in drafters}
+    cases = [(t, c) for t in targets for c in long_context_prompts(tokenizer, n_docs, t)]
+    rows = []
+    bar = tqdm(total=len(cases) * (len(drafters) + 1), desc="context length", disable=not progress)
+    for t, case in cases:
+        plain = autoregressive_generate(model, case["ids"], max_new_tokens=max_new_tokens).tokens.tolist()
+        bar.update(1)
+        for name, proposer in proposers.items():
+            out = generate(model, case["ids"], proposer, max_new_tokens=max_new_tokens)
+            s = out.stats
+            rows.append({"drafter": name, "target": t, "n_docs": case["n_docs"],
+                         "context_tokens": case["context_tokens"], "drafts": s.drafting_steps,
+                         "first_kept": s.accepted_per_position[0] if s.accepted_per_position else 0,
+                         "accepted": s.accepted, "drafted": s.drafted, "steps": s.steps, "emitted": s.emitted,
+                         "accepted_lengths": list(s.accepted_lengths), "draft_lengths": list(s.draft_lengths),
+                         "identical": out.tokens.tolist() == plain})
+            bar.update(1)
+    bar.close()
+    return pd.DataFrame(rows)
+
+
+def summarize(df):
+    """Per drafter and n_docs, pooled over targets: mean context length, first-position rate with
+    its Wilson interval, alpha, tau."""
+    import pandas as pd
+
+    rows = []
+    for (name, n), g in df.groupby(["drafter", "n_docs"], sort=False):
+        drafts, first = int(g.drafts.sum()), int(g.first_kept.sum())
+        lo, hi = wilson(first, drafts)
+        acc = [a for xs in g.accepted_lengths for a in xs]
+        dl = [d for xs in g.draft_lengths for d in xs]
+        rows.append({"drafter": name, "n_docs": n, "context_tokens": float(g.context_tokens.mean()),
+                     "drafts": drafts, "first_rate": first / drafts if drafts else float("nan"),
+                     "first_lo": lo, "first_hi": hi,
+                     "alpha": estimate_alpha(acc, dl) if drafts else float("nan"),
+                     "tau": float(g.emitted.sum() / g.steps.sum()), "all_identical": bool(g.identical.all())})
+    return pd.DataFrame(rows)
+
+
+def load_stored(path=None):
+    """The stored measurement (``STORED``) as a DataFrame of :func:`acceptance_by_context` rows,
+    and its meta (machine, date, settings)."""
+    import pandas as pd
+
+    p = Path(path) if path is not None else STORED
+    if not p.exists():
+        raise FileNotFoundError(f"{p} is missing: run `python -m specdecode_ref.measure.context_length`")
+    data = json.loads(p.read_text())
+    return pd.DataFrame(data["rows"]), data["meta"]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m specdecode_ref.measure.context_length",
+                                description="Each drafter's acceptance as the context grows (same task, more text before it).")
+    p.add_argument("--drafters", default=",".join(DRAFTERS))
+    p.add_argument("--n-docs", default=",".join(map(str, N_DOCS)))
+    p.add_argument("--targets", default="0,1")
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--dtype", choices=["fp32", "bf16"], default=None)
+    p.add_argument("--out", default=str(STORED))
+    args = p.parse_args(argv)
+    from ..models import load_model
+    from .claims import machine_line
+
+    model, tok = load_model(dtype=args.dtype)
+    ints = lambda s: [int(x) for x in s.split(",") if x.strip()]  # noqa: E731
+    df = acceptance_by_context(model, tok, [d.strip() for d in args.drafters.split(",")], ints(args.n_docs),
+                               ints(args.targets), args.max_new_tokens)
+    print(summarize(df).round(3).to_string(index=False))
+    meta = {"machine": machine_line(model), "date": time.strftime("%Y-%m-%d"), "max_new_tokens": args.max_new_tokens,
+            "n_docs": ints(args.n_docs), "targets": ints(args.targets)}
+    Path(args.out).write_text(json.dumps({"meta": meta, "rows": json.loads(df.to_json(orient="records"))}))
+    print(f"saved {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,38 @@
+"""Acceptance against context length: the prompts grow only before the same request, the Wilson
+interval is right, and a short run on the real model yields exact outputs and sane counters."""
+from __future__ import annotations
+
+import pytest
+
+from specdecode_ref.measure import context_length as C
+
+
+def test_wilson_interval():
+    lo, hi = C.wilson(8, 10)
+    assert lo == pytest.approx(0.4902, abs=1e-4) and hi == pytest.approx(0.9433, abs=1e-4)
+    lo, hi = C.wilson(0, 20)
+    assert lo == pytest.approx(0.0, abs=1e-12) and 0.1 < hi < 0.2
+
+
+def test_contexts_grow_before_the_same_request(embedded):
+    _, tok = embedded
+    cases = C.long_context_prompts(tok, (0, 2, 5))
+    lengths = [c["context_tokens"] for c in cases]
+    assert lengths == sorted(lengths) and lengths[-1] > 4 * lengths[0]
+    tails = [tok.decode(c["ids"][-120:]) for c in cases]
+    summ, _ = C._passages()
+    assert all(summ[0][-60:] in t for t in tails)  # the last document is the target passage every time
+    assert "Summarize Document 1 " in tok.decode(cases[0]["ids"]) and "Summarize Document 6 " in tok.decode(cases[2]["ids"])
+    with pytest.raises(ValueError, match="n_docs entries"):
+        C.long_context_prompts(tok, (-1,))
+    with pytest.raises(ValueError, match="target must index"):
+        C.long_context_prompts(tok, (0,), target=99)
+
+
+def test_a_short_run_is_exact_and_counts_drafts(embedded):
+    model, tok = embedded
+    df = C.acceptance_by_context(model, tok, ["ngram"], n_docs=(0, 1), targets=(0,), max_new_tokens=6, progress=False)
+    assert len(df) == 2 and df.identical.all()
+    assert (df.first_kept <= df.drafts).all() and (df.accepted <= df.drafted).all()
+    table = C.summarize(df)
+    assert list(table.n_docs) == [0, 1] and table.tau.ge(1.0).all()
