@@ -152,8 +152,8 @@ def load_proposer(name: str, target=None, k: int | None = None, **kwargs) -> Pro
     choose among them per request, "router" and "bandit" (see ``available_proposers()``).
 
     Model-based proposers load their shipped weights for the embedded model and need ``target``.
-    ``k="auto"``: the K the advisor predicts fastest on this machine (``serving.advisor.fitted_k``:
-    stored acceptance counters, this machine's cost curve measured once and cached; chains only).
+    ``serving.advisor.load_fitted(name, target)`` builds it with the K the advisor predicts fastest
+    on this machine (stored acceptance counters, this machine's cost curve; chains only).
     ``draft_sampling="sample"|"greedy"`` (see ``DRAFT_SAMPLING``) picks how chain drafters choose
     tokens when the request samples; deterministic drafters (n-gram, trees) accept only "greedy".
     """
@@ -162,19 +162,8 @@ def load_proposer(name: str, target=None, k: int | None = None, **kwargs) -> Pro
         raise ValueError(f"unknown proposer {name!r}; available: {available_proposers()}")
     builder, default_k = _REGISTRY[key]
     if isinstance(k, str):
-        if k != "auto":
-            raise ValueError(f"k must be an int >= 1, None (the default) or 'auto', got {k!r}")
-        if target is None:
-            raise ValueError("k='auto' fits k to this machine's cost curve: pass the target model")
-        from ..serving.advisor import fitted_k
-
-        k, _ = fitted_k(key, target)
-        if k == 0:
-            import warnings
-
-            warnings.warn(f"on this machine the advisor predicts that no K makes {key!r} faster than plain "
-                          "decoding; drafting 1 token per step, the cheapest", stacklevel=2)
-            k = 1
+        raise ValueError(f"k must be an int >= 1 or None (the default), got {k!r}; for the K the cost model "
+                         "fits to this machine use specdecode_ref.serving.advisor.load_fitted(name, model)")
     proposer = builder(target, default_k if k is None else k, **kwargs)
     if target is not None:
         proposer.check_compatible(target)

@@ -382,6 +382,7 @@ def fitted_k(name: str, model, ks: Sequence[int] = range(1, 9), counters: dict |
     stored acceptance counters (``measure.routing``'s benchmark table, unless ``counters``), its
     drafting cost per token relative to a plain step in that run, and this machine's cost curve
     (:func:`machine_cost_curve`). Returns (k, advice); k = 0 when no K beats plain decoding.
+    :func:`load_fitted` builds the drafter with it.
     Chains only: a tree's node budget is not a prefix of a larger one (see the module docstring)."""
     if counters is None:
         from ..measure.routing import load_table
@@ -402,3 +403,18 @@ def fitted_k(name: str, model, ks: Sequence[int] = range(1, 9), counters: dict |
     curve = machine_cost_curve(model, max_n=max(ks) + 1)
     advice = advise(profile, cost=curve, draft_cost=c_rel * curve["times_s"][0], ks=ks)
     return advice.best_k(1), advice
+
+
+def load_fitted(name: str, model, ks: Sequence[int] = range(1, 9), **kwargs):
+    """``load_proposer(name, model)`` with the K :func:`fitted_k` predicts fastest on this machine.
+    When no K beats plain decoding there, it warns and drafts 1 token per step (the cheapest)."""
+    import warnings
+
+    from ..proposers import load_proposer
+
+    k, _ = fitted_k(name, model, ks)
+    if k == 0:
+        warnings.warn(f"on this machine the advisor predicts that no K makes {name!r} faster than plain decoding; "
+                      "drafting 1 token per step, the cheapest", stacklevel=2)
+        k = 1
+    return load_proposer(name, model, k=k, **kwargs)

@@ -196,5 +196,5 @@ def test_fitted_k_reads_this_machines_curve_once(tiny_model, tmp_path, monkeypat
     assert adv.speedup(1, k_good) == adv.best.speedup.iloc[0]
     with pytest.raises(ValueError, match="no stored acceptance counters"):
         advisor.fitted_k("eagle", tiny_model, counters=counters)
-    with pytest.raises(ValueError, match="or 'auto'"):
-        load_proposer("ngram", tiny_model, k="fast")
+    with pytest.raises(ValueError, match="load_fitted"):
+        load_proposer("ngram", tiny_model, k="auto")
