@@ -50,8 +50,11 @@ are EAGLE-3's rule, the inputs of layers 2, N/2 and N-3 (``eagle3_layers``: 2, 1
 At drafted positions the head reads its *own* previous output in place of the fused feature (there
 is no target feature there), so its output is a hidden state to pass on, no longer a prediction of
 the target's feature: it is trained on tokens alone, and ``readout`` (its norm) gives the lm_head's
-input. (2) The head drafts over a frequency-ranked reduced vocabulary (vocab.py): the target's
-tied lm_head rows for those ids, frozen, so the file stores only the id map beside the head.
+input. Its layer reads the normed token embedding and the normed feature side by side (q, k, v read
+2H) with the feature as the residual, exactly as vLLM's ``Eagle3LlamaForCausalLM`` computes it, so
+``serving.export.export_eagle3_head`` writes it for vLLM without changing the function. (2) The head
+drafts over a frequency-ranked reduced vocabulary (vocab.py): the target's tied lm_head rows for
+those ids, frozen, so the file stores only the id map beside the head.
 
 Train the head with ``python -m specdecode_ref.training eagle`` (teacher forcing on the distillation
 corpus: no target forward is needed, the corpus holds the features); the fused head with
@@ -65,6 +68,7 @@ tree), ``eagle/model/utils.py`` (tree buffers, verification, cache update),
 """
 from __future__ import annotations
 
+import copy
 import json
 
 import torch
@@ -79,6 +83,7 @@ from .vocab import VocabHead
 
 EAGLE_WEIGHTS = WEIGHTS_DIR / "smollm2-135m-eagle.safetensors"
 EAGLE3_WEIGHTS = WEIGHTS_DIR / "smollm2-135m-eagle3.safetensors"
+EAGLE3_FORMAT = "eagle3-head-v2"  # v2: EAGLE-3's own layer (token and feature side by side, as vLLM loads it)
 
 
 def eagle3_layers(num_layers: int) -> tuple:
@@ -132,12 +137,21 @@ class EagleHead(torch.nn.Module):
         return self.norm(self._layer(features, tokens, positions, mask, target, cache))
 
 
-class FusedEagleHead(EagleHead):
-    """EAGLE-3's head: h_{t+1} = layer(fc([g_t, emb(x_{t+1})])) with g_t = fuse([low_t, mid_t, high_t])
-    at committed positions and g_t = h_t (its own previous output) at drafted ones; lm_head(norm(h)).
+class FusedEagleHead(torch.nn.Module):
+    """EAGLE-3's head, in the layout EAGLE-3's own code and vLLM load (``Eagle3LlamaForCausalLM``).
 
-    ``fuse`` (3H -> H, no bias, as EAGLE-3) is its own weight; ``draft_ids`` (LongTensor or None) is
-    the reduced vocabulary it was trained to draft over, stored in its file.
+    At a committed position t the head reads g_t = fuse([low_t, mid_t, high_t]) (3H -> H, no bias);
+    at a drafted position it reads g_t = h_t, its own previous output. Its one decoder layer then
+    sees the token and the feature side by side instead of summed:
+
+        x   = [input_layernorm(emb(x_{t+1})), hidden_norm(g_t)]        [2H]: q, k and v read 2H
+        r   = g_t + o_proj(attention(x))                               the residual is the feature
+        h_{t+1} = r + mlp(post_attention_layernorm(r))                 passed on to the next step
+        logits  = lm_head(norm(h_{t+1}))                               over the draft vocabulary
+
+    ``norm_before_residual`` (a vLLM config field) takes the residual after ``hidden_norm`` instead.
+    ``draft_ids`` (LongTensor or None) is the reduced vocabulary it drafts over, stored in its file;
+    the lm_head rows are the target's for those ids, frozen.
 
     No feature loss: the output is the hidden state the next draft step reads, not a prediction of
     any target feature (the fused input is three layers, the fed-back one is the head's own), so the
@@ -148,13 +162,22 @@ class FusedEagleHead(EagleHead):
     features = "fused"
 
     def __init__(self, layer: torch.nn.Module, norm: torch.nn.Module, hidden_size: int, feature_layers,
-                 draft_ids: torch.Tensor | None = None):
-        super().__init__(layer, norm, hidden_size)
+                 draft_ids: torch.Tensor | None = None, norm_before_residual: bool = False):
+        super().__init__()
         self.feature_layers = tuple(int(i) for i in feature_layers)
         if len(self.feature_layers) < 2:
             raise ValueError(f"a fused head reads at least two layers, got {self.feature_layers}")
         self.fuse = torch.nn.Linear(len(self.feature_layers) * hidden_size, hidden_size, bias=False)
-        self.draft_ids = None if draft_ids is None else torch.as_tensor(draft_ids, dtype=torch.long)
+        attn = layer.self_attn
+        if attn.q_proj.in_features != 2 * hidden_size:
+            raise ValueError(f"EAGLE-3's layer reads [token, feature] ({2 * hidden_size} inputs); this one reads "
+                             f"{attn.q_proj.in_features}: build it with build_eagle_head(..., 'fused')")
+        self.layer = layer
+        self.layer.self_attn.layer_idx = 0  # its own one-layer cache
+        self.hidden_norm = copy.deepcopy(layer.input_layernorm)
+        self.norm = norm
+        self.norm_before_residual = bool(norm_before_residual)
+        self.register_buffer("draft_ids", None if draft_ids is None else torch.as_tensor(draft_ids, dtype=torch.long))
 
     def target_features(self, hidden_states: tuple) -> torch.Tensor:
         """The fused feature [..., 3H]: the hidden states entering ``feature_layers``, concatenated."""
@@ -173,7 +196,33 @@ class FusedEagleHead(EagleHead):
         elif width != self.fuse.out_features:
             raise ValueError(f"features of size {width}: expected the fused {self.fuse.in_features} or the "
                              f"head's own {self.fuse.out_features}")
-        return self._layer(features, tokens, positions, mask, target, cache)
+        layer = self.layer
+        emb = layer.input_layernorm(decoder.embed(target, tokens).to(features.dtype))
+        if self.norm_before_residual:
+            g = residual = self.hidden_norm(features)
+        else:
+            residual, g = features, self.hidden_norm(features)
+        rope = decoder.rotary(target, features, positions)
+        attn, _ = layer.self_attn(hidden_states=torch.cat([emb, g], dim=-1), position_embeddings=rope,
+                                  attention_mask=mask, past_key_values=cache, position_ids=positions)
+        r = residual + attn
+        return r + layer.mlp(layer.post_attention_layernorm(r))
+
+
+def widen_attention_input(layer: torch.nn.Module, hidden_size: int) -> torch.nn.Module:
+    """EAGLE-3's layer from a copy of a target layer: q, k and v read [token, feature] (2H), each
+    half starting as the copied projection, so the untrained head sums what the two halves see."""
+    attn = layer.self_attn
+    for name in ("q_proj", "k_proj", "v_proj"):
+        old = getattr(attn, name)
+        new = torch.nn.Linear(2 * hidden_size, old.out_features, bias=old.bias is not None,
+                              device=old.weight.device, dtype=old.weight.dtype)
+        with torch.no_grad():
+            new.weight.copy_(torch.cat([old.weight, old.weight], dim=1))
+            if old.bias is not None:
+                new.bias.copy_(old.bias)
+        setattr(attn, name, new)
+    return layer
 
 
 def build_eagle_head(target, features: str = "final", feature_layers=None, draft_vocab=None) -> EagleHead:
@@ -184,7 +233,8 @@ def build_eagle_head(target, features: str = "final", feature_layers=None, draft
     features="fused": EAGLE-3's :class:`FusedEagleHead` on ``feature_layers`` (default
     :func:`eagle3_layers`), drafting over ``draft_vocab`` (LongTensor of ids, None: all); its fuse
     starts by passing the highest of them through (g_t = high_t), the closest to what the copied
-    last layer reads."""
+    last layer reads, and the layer's q, k and v read token and feature side by side
+    (:func:`widen_attention_input`)."""
     decoder.require_llama_style(target, "EAGLE")
     if features not in ("final", "fused"):
         raise ValueError(f"features must be 'final' (EAGLE-1) or 'fused' (EAGLE-3), got {features!r}")
@@ -197,16 +247,16 @@ def build_eagle_head(target, features: str = "final", feature_layers=None, draft
             raise ValueError("feature_layers and draft_vocab belong to the fused head (features='fused'); "
                              "an EAGLE-1 head's draft vocabulary is the proposer's draft_vocab")
         head = EagleHead(layer, norm, H)
+        with torch.no_grad():
+            eye = torch.eye(H)
+            head.fc.weight.copy_(torch.cat([eye, eye], dim=1))
+            head.fc.bias.zero_()
     else:
-        head = FusedEagleHead(layer, norm, H, eagle3_layers(n) if feature_layers is None else feature_layers,
-                              draft_vocab)
+        head = FusedEagleHead(widen_attention_input(layer, H), norm, H,
+                              eagle3_layers(n) if feature_layers is None else feature_layers, draft_vocab)
         with torch.no_grad():
             head.fuse.weight.zero_()
             head.fuse.weight[:, -H:] = torch.eye(H)
-    with torch.no_grad():
-        eye = torch.eye(H)
-        head.fc.weight.copy_(torch.cat([eye, eye], dim=1))
-        head.fc.bias.zero_()
     return head.to(device=param.device, dtype=param.dtype).eval()
 
 
@@ -215,8 +265,9 @@ def save_eagle(head: EagleHead, path=EAGLE_WEIGHTS, meta: dict | None = None):
     (ids as integers), with ``meta`` as safetensors metadata and what the loader needs to rebuild it."""
     meta = {**(meta or {}), "format": "eagle-head-v1"}
     if head.features == "fused":
-        meta.update(format="eagle3-head-v1", features="fused", feature_layers=json.dumps(list(head.feature_layers)),
-                    draft_vocab_size=0 if head.draft_ids is None else int(head.draft_ids.numel()))
+        meta.update(format=EAGLE3_FORMAT, features="fused", feature_layers=json.dumps(list(head.feature_layers)),
+                    draft_vocab_size=0 if head.draft_ids is None else int(head.draft_ids.numel()),
+                    norm_before_residual=json.dumps(head.norm_before_residual))
     return save_weights(head.state_dict(), path, meta)
 
 
@@ -227,7 +278,11 @@ def load_eagle_weights(target, path) -> EagleHead:
     state = load_weights(path, param)
     meta = weights_metadata(path)
     if meta.get("format") == "eagle3-head-v1":
+        raise ValueError(f"{path} holds a fused head of the earlier layout (a linear fuse of token and feature "
+                         "before a standard layer); EAGLE-3's layer reads them side by side: train it again")
+    if meta.get("format") == EAGLE3_FORMAT:
         head = build_eagle_head(target, "fused", json.loads(meta["feature_layers"]), state.get("draft_ids"))
+        head.norm_before_residual = json.loads(meta.get("norm_before_residual", "false"))
     else:
         head = build_eagle_head(target)
     missing, unexpected = head.load_state_dict(state, strict=False)

@@ -21,27 +21,38 @@ EVEN = torch.arange(0, 64, 2)  # a reduced draft vocabulary for the 64-token tin
 
 
 def good_fused_head(target, scale=0.0, seed=0, layers=(0, 1), draft_vocab=None):
-    """For a ONE-layer target, fc = [0 | I] makes the head the target itself read one position late
-    (as test_eagle's good_head); a small random share of the fused feature (and of its own output at
-    drafted positions) still enters, so every feature path counts. Noise on the layer makes the head
-    right less often, so every acceptance length occurs."""
+    """For a ONE-layer target whose embeddings are small beside its attention output (``target1``), a
+    head whose q, k and v read the token half and whose residual is (almost) nothing computes the
+    target itself, read one position late (as test_eagle's good_head). A small random share of the
+    fused feature (and of its own output at drafted positions) still enters through the feature half
+    and, with norm_before_residual and a small hidden_norm, through the residual, so every feature
+    path counts. Noise on the layer makes the head right less often, so every acceptance length
+    occurs."""
     head = build_eagle_head(target, "fused", layers, draft_vocab)
     H = target.config.hidden_size
     g = torch.Generator().manual_seed(100 + seed)
     with torch.no_grad():
         head.fuse.weight.copy_(torch.randn(head.fuse.weight.shape, generator=g) / head.fuse.in_features ** 0.5)
-        head.fc.weight.zero_()
-        head.fc.weight[:, :H] = 0.05 * torch.randn(H, H, generator=g) / H ** 0.5
-        head.fc.weight[:, H:] = torch.eye(H)
+        for name in ("q_proj", "k_proj", "v_proj"):
+            w = getattr(head.layer.self_attn, name).weight
+            w[:, H:] = 0.05 * torch.randn(w[:, H:].shape, generator=g) / H ** 0.5
+        head.hidden_norm.weight.copy_(0.05 * torch.randn(H, generator=g))
+    head.norm_before_residual = True
     noisy(head.layer, scale, seed)
     return head
 
 
 @pytest.fixture(scope="module")
 def target1():
+    """One layer, its embeddings scaled down (RMS-normed inputs see no difference): the residual stream
+    is then almost all attention output, which EAGLE-3's layer, whose residual is the feature, can
+    reproduce (good_fused_head)."""
     from support import make_tiny_llama
 
-    return make_tiny_llama(vocab_size=64, sharpness=1.0, seed=3, layers=1, init_range=0.3)
+    model = make_tiny_llama(vocab_size=64, sharpness=1.0, seed=3, layers=1, init_range=0.3)
+    with torch.no_grad():
+        model.model.embed_tokens.weight.mul_(0.05)
+    return model
 
 
 def test_fused_head_shape_and_errors(target4):
@@ -325,7 +336,7 @@ def test_fused_save_and_load_roundtrip(target4, fused_trained, vocab24, tmp_path
     head, _ = fused_trained
     path = eagle.save_eagle(head, tmp_path / "e3.safetensors", {"note": "test"})
     meta = eagle.eagle_metadata(path)
-    assert meta["format"] == "eagle3-head-v1" and meta["features"] == "fused" and meta["note"] == "test"
+    assert meta["format"] == eagle.EAGLE3_FORMAT and meta["features"] == "fused" and meta["note"] == "test"
     assert json.loads(meta["feature_layers"]) == list(LAYERS) and int(meta["draft_vocab_size"]) == len(vocab24)
     loaded = eagle.load_eagle_weights(target4, path)
     assert isinstance(loaded, FusedEagleHead) and loaded.feature_layers == LAYERS
