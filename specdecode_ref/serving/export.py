@@ -8,6 +8,17 @@ engine's naming.
     export_draft_model(out_dir)   a standalone Hugging Face Llama model (vLLM "draft_model")
     export_eagle_head(out_dir)    the head in vLLM's EAGLE-1 Llama layout (vLLM "eagle"); see its
                                   docstring for what that layout cannot express
+    export_eagle3_head(out_dir)   an EAGLE-3 head in vLLM's Eagle3LlamaForCausalLM layout (vLLM
+                                  "eagle3"): the same function, weight for weight
+    export_medusa_heads(out_dir)  the shipped Medusa heads as vLLM's MedusaModel (vLLM "medusa")
+
+    export_drafter(name, out_dir, k)  any of them by the proposer's name, with the
+                                  ``speculative_config`` that serves it in vLLM
+
+Hydra heads have no vLLM counterpart (vLLM's Medusa heads read the hidden state alone; a Hydra
+head also reads the tokens on its path), nor do early exit (LayerSkip-style self-speculation) or
+the n-gram and suffix drafters, which vLLM builds itself from settings (``vllm_runner.ngram_config``,
+``vllm_runner.suffix_config``).
 """
 from __future__ import annotations
 
@@ -132,4 +143,146 @@ def export_eagle_head(out_dir, target=None, dtype: torch.dtype = torch.float32) 
     return out_dir
 
 
-__all__ = ["export_draft_model", "export_eagle_head"]
+def export_eagle3_head(out_dir, head=None, target=None, dtype: torch.dtype = torch.float32) -> Path:
+    """Write an EAGLE-3 head (``proposers/eagle.py``, :class:`FusedEagleHead`) as vLLM's
+    ``Eagle3LlamaForCausalLM`` directory (``vllm/model_executor/models/llama_eagle3.py``), for
+    ``speculative_config={"method": "eagle3", "model": out_dir, "num_speculative_tokens": k}``.
+
+    head: a FusedEagleHead, a weights file, or None for the shipped ``EAGLE3_WEIGHTS``. Our head
+    computes what vLLM's does, so nothing is dropped; the names map one to one:
+
+        fuse.weight [H, 3H]                        -> fc.weight (vLLM's combine_hidden_states)
+        layer.* (q/k/v read 2H), hidden_norm       -> layers.0.* (vLLM's "midlayer")
+        norm                                       -> norm.weight
+        target lm_head rows of draft_ids [V', H]   -> lm_head.weight (the draft vocabulary's own head)
+        draft_ids                                  -> d2t = draft_ids - arange(V') (vLLM adds it back),
+                                                      t2d = which target ids are drafted
+
+    config.json: the target's Llama config with one layer, ``draft_vocab_size``,
+    ``target_hidden_size``, ``norm_before_residual`` and ``eagle_aux_hidden_state_layer_ids`` (the
+    hidden states vLLM's target hands over: entries of transformers' ``hidden_states`` tuple, the
+    same indexing as ``head.feature_layers``). The token embeddings are left out: vLLM shares the
+    target's, as our head does.
+    """
+    from ..proposers.eagle import EAGLE3_WEIGHTS, FusedEagleHead, load_eagle_weights
+
+    out_dir = Path(out_dir)
+    target = _embedded_target(target)
+    if head is None:
+        from ..proposers.shipped import require_file
+
+        head = load_eagle_weights(target, require_file(EAGLE3_WEIGHTS, "eagle3"))
+    elif not isinstance(head, torch.nn.Module):
+        head = load_eagle_weights(target, head)
+    if not isinstance(head, FusedEagleHead):
+        raise ValueError(f"export_eagle3_head writes an EAGLE-3 (fused) head, got {type(head).__name__}; "
+                         "an EAGLE-1 head goes through export_eagle_head")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    H, V = target.config.hidden_size, target.config.vocab_size
+    ids = torch.arange(V) if head.draft_ids is None else head.draft_ids.cpu()
+    lm_head = target.get_output_embeddings().weight.detach().cpu()[ids]
+    state = {"fc.weight": head.fuse.weight, "norm.weight": head.norm.weight,
+             "layers.0.hidden_norm.weight": head.hidden_norm.weight, "lm_head.weight": lm_head}
+    state.update({f"layers.0.{k}": v for k, v in head.layer.state_dict().items()})
+    state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in state.items()}
+    state["d2t"] = (ids - torch.arange(ids.numel())).to(torch.long).contiguous()
+    t2d = torch.zeros(V, dtype=torch.bool)
+    t2d[ids] = True
+    state["t2d"] = t2d
+    config = target.config.to_dict()
+    config.update({"architectures": ["Eagle3LlamaForCausalLM"], "num_hidden_layers": 1,
+                   "dtype": str(dtype).replace("torch.", ""), "tie_word_embeddings": False,
+                   "draft_vocab_size": int(ids.numel()), "target_hidden_size": H,
+                   "norm_before_residual": bool(head.norm_before_residual),
+                   "eagle_aux_hidden_state_layer_ids": list(head.feature_layers)})
+    from safetensors.torch import save_file
+
+    save_file(state, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    (out_dir / "config.json").write_text(json.dumps(_clean(config), indent=2))
+    _copy_tokenizer(out_dir)
+    return out_dir
+
+
+def export_medusa_heads(out_dir, heads=None, target=None, draft_vocab="shipped",
+                        dtype: torch.dtype = torch.float32) -> Path:
+    """Write Medusa heads (``proposers/medusa.py``) as vLLM's ``MedusaModel`` directory
+    (``vllm/model_executor/models/medusa.py``), for ``speculative_config={"method": "medusa",
+    "model": out_dir, "num_speculative_tokens": num_heads}``.
+
+    vLLM's heads are ours: per head a stack of ``x + SiLU(Linear(x))`` blocks (with bias:
+    ``medusa_fc_bias``) on the target's last normed hidden state, then a vocabulary projection; it
+    drafts the argmax of every head, one chain of num_heads tokens, which is our
+    ``load_medusa_proposer(tree=False)``. Our heads share the target's lm_head; the export writes it
+    once with ``original_lm_head`` (vLLM then uses one projection for all heads). draft_vocab:
+    "shipped" (the 8,192-token draft vocabulary our proposer drafts over by default: written as
+    vLLM's ``token_map`` with ``truncated_vocab_size``), None for the full vocabulary, or ids.
+    heads: MedusaHeads, a weights file, or None for the shipped file. Hydra heads are refused.
+    """
+    from ..proposers.medusa import MEDUSA_WEIGHTS, HydraHeads, MedusaHeads, load_medusa_heads
+    from ..proposers.shipped import shipped_vocab
+
+    out_dir = Path(out_dir)
+    target = _embedded_target(target)
+    if heads is None or not isinstance(heads, torch.nn.Module):
+        heads = load_medusa_heads(target, MEDUSA_WEIGHTS if heads is None else heads)
+    if isinstance(heads, HydraHeads):
+        raise ValueError("vLLM has no Hydra heads: its Medusa heads read the hidden state alone, a Hydra head "
+                         "also the tokens drafted before it")
+    if not isinstance(heads, MedusaHeads):
+        raise ValueError(f"export_medusa_heads writes MedusaHeads, got {type(heads).__name__}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    H, V = target.config.hidden_size, target.config.vocab_size
+    if isinstance(draft_vocab, str):
+        if draft_vocab != "shipped":
+            raise ValueError(f"draft_vocab must be 'shipped', None or token ids, got {draft_vocab!r}")
+        draft_vocab = shipped_vocab(True)
+    ids = torch.arange(V) if draft_vocab is None else torch.as_tensor(draft_vocab, dtype=torch.long).cpu()
+    state = {}
+    for i, head in enumerate(heads.heads):
+        for j, block in enumerate(head):
+            state[f"blocks.{i}.layers.{j}.weight"] = block.linear.weight
+            state[f"blocks.{i}.layers.{j}.bias"] = block.linear.bias
+    state["lm_heads.0.weight"] = target.get_output_embeddings().weight[ids]
+    state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in state.items()}
+    truncated = ids.numel() < V
+    if truncated:
+        state["token_map"] = ids.contiguous()
+    config = {"architectures": ["MedusaModel"], "model_type": "medusa", "hidden_size": H, "vocab_size": V,
+              "num_heads": heads.num_heads, "num_hidden_layers": heads.num_layers,
+              "truncated_vocab_size": int(ids.numel()), "original_lm_head": True, "medusa_fc_bias": True,
+              "dtype": str(dtype).replace("torch.", "")}
+    from safetensors.torch import save_file
+
+    save_file(state, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2))
+    _copy_tokenizer(out_dir)
+    return out_dir
+
+
+VLLM_METHODS = {"draft": "draft_model", "eagle": "eagle", "eagle3": "eagle3", "medusa": "medusa"}
+
+
+def export_drafter(name: str, out_dir, k: int | None = None, target=None, **kwargs) -> tuple:
+    """Export the drafter ``name`` ("draft", "eagle", "eagle3", "medusa": as ``load_proposer``
+    names them) and return ``(model_dir, speculative_config)`` for vLLM's ``LLM(...,
+    speculative_config=...)``. k: draft tokens per step (default 3; Medusa: its number of heads,
+    the only k vLLM's Medusa takes). kwargs go to the drafter's export function."""
+    if name not in VLLM_METHODS:
+        raise ValueError(f"no vLLM export for {name!r}; exportable: {sorted(VLLM_METHODS)} (vLLM builds "
+                         "n-gram and suffix drafters itself: vllm_runner.ngram_config / suffix_config)")
+    write = {"draft": export_draft_model, "eagle": export_eagle_head, "eagle3": export_eagle3_head,
+             "medusa": export_medusa_heads}[name]
+    out = write(out_dir, target=target, **kwargs)
+    if name == "medusa":
+        heads = json.loads((out / "config.json").read_text())["num_heads"]
+        if k is not None and k != heads:
+            raise ValueError(f"vLLM's Medusa drafts one token per head: k must be {heads}, got {k}")
+        k = heads
+    k = 3 if k is None else k
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise ValueError(f"k must be an int >= 1, got {k!r}")
+    return out, {"method": VLLM_METHODS[name], "model": str(out), "num_speculative_tokens": k}
+
+
+__all__ = ["export_draft_model", "export_eagle_head", "export_eagle3_head", "export_medusa_heads", "export_drafter",
+           "VLLM_METHODS"]
