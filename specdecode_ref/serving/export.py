@@ -203,7 +203,7 @@ def export_eagle3_head(out_dir, head=None, target=None, dtype: torch.dtype = tor
     return out_dir
 
 
-def export_medusa_heads(out_dir, heads=None, target=None, draft_vocab="shipped",
+def export_medusa_heads(out_dir, heads=None, target=None, draft_vocab=None,
                         dtype: torch.dtype = torch.float32) -> Path:
     """Write Medusa heads (``proposers/medusa.py``) as vLLM's ``MedusaModel`` directory
     (``vllm/model_executor/models/medusa.py``), for ``speculative_config={"method": "medusa",
@@ -213,9 +213,12 @@ def export_medusa_heads(out_dir, heads=None, target=None, draft_vocab="shipped",
     ``medusa_fc_bias``) on the target's last normed hidden state, then a vocabulary projection; it
     drafts the argmax of every head, one chain of num_heads tokens, which is our
     ``load_medusa_proposer(tree=False)``. Our heads share the target's lm_head; the export writes it
-    once with ``original_lm_head`` (vLLM then uses one projection for all heads). draft_vocab:
-    "shipped" (the 8,192-token draft vocabulary our proposer drafts over by default: written as
-    vLLM's ``token_map`` with ``truncated_vocab_size``), None for the full vocabulary, or ids.
+    once with ``original_lm_head`` (vLLM then uses one projection for all heads). draft_vocab: None
+    for the full vocabulary (our ``load_medusa_proposer(tree=False, reduced_vocab=False)``),
+    "shipped" for the draft vocabulary our proposer uses by default, or ids: written as vLLM's
+    ``token_map`` with ``truncated_vocab_size``. vLLM 0.32 cannot load that one: its loader creates
+    ``token_map`` as a parameter inside ``load_weights`` and then stops with "Following weights were
+    not initialized from checkpoint: {'token_map'}", hence the full vocabulary by default.
     heads: MedusaHeads, a weights file, or None for the shipped file. Hydra heads are refused.
     """
     from ..proposers.medusa import MEDUSA_WEIGHTS, HydraHeads, MedusaHeads, load_medusa_heads

@@ -4,6 +4,7 @@ shipped draft that borrows the target's. The EAGLE export writes the tensor name
 vLLM's EAGLE-1 Llama drafter."""
 import json
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -141,7 +142,8 @@ def test_eagle3_export_planted_feature_order_is_caught(embedded, tmp_path):
     assert not torch.allclose(good, bad, atol=1e-3)
 
 
-def test_medusa_export_computed_as_vllm_does_gives_our_chain(embedded, tmp_path):
+@pytest.mark.parametrize("vocab", [None, "shipped"])
+def test_medusa_export_computed_as_vllm_does_gives_our_chain(embedded, tmp_path, vocab):
     """vLLM's MedusaModel (medusa.py) from the exported tensors: per head x + SiLU(W x + b) blocks,
     the one lm_head (original_lm_head) over the truncated vocabulary, ids through token_map, argmax
     per head -- the chain our Medusa proposer drafts (tree=False)."""
@@ -149,12 +151,17 @@ def test_medusa_export_computed_as_vllm_does_gives_our_chain(embedded, tmp_path)
     from specdecode_ref.serving.export import export_drafter
 
     model, tok = embedded
-    out, spec = export_drafter("medusa", tmp_path / "medusa", target=model)
+    out, spec = export_drafter("medusa", tmp_path / "medusa", target=model, draft_vocab=vocab)
     config = json.loads((out / "config.json").read_text())
     state = load_file(str(out / "model.safetensors"))
     assert spec == {"method": "medusa", "model": str(out), "num_speculative_tokens": config["num_heads"]}
-    assert config["truncated_vocab_size"] == state["token_map"].numel() == state["lm_heads.0.weight"].shape[0]
-    P = load_medusa_proposer(model, k=config["num_heads"], tree=False)
+    assert config["truncated_vocab_size"] == state["lm_heads.0.weight"].shape[0]
+    if vocab is None:
+        assert "token_map" not in state and config["truncated_vocab_size"] == config["vocab_size"]
+        state["token_map"] = torch.arange(config["vocab_size"])  # vLLM's token_map is None: ids are indices
+    else:
+        assert config["truncated_vocab_size"] == state["token_map"].numel() < config["vocab_size"]
+    P = load_medusa_proposer(model, k=config["num_heads"], tree=False, reduced_vocab=vocab is not None)
     ids = tok("Name three primary colors.", return_tensors="pt").input_ids
     with torch.no_grad():
         h = model(ids, output_hidden_states=True).hidden_states[-1][0]  # final normed states [n, H]
