@@ -79,7 +79,7 @@ def _vllm_job(job: dict) -> dict:
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
-    proposed = _record_vllm_drafts()
+    proposed = _record_vllm_drafts(job.get("record", "suffix"))
     llm, startup_s = J._start(job, enable_prefix_caching=False)  # our engine has no prefix cache either
     engine = llm.llm_engine
     names = {"draft_tokens": "vllm:spec_decode_num_draft_tokens", "accepted": "vllm:spec_decode_num_accepted_tokens",
@@ -128,25 +128,48 @@ def _vllm_job(job: dict) -> dict:
             "vllm_version": vllm.__version__, "arctic_inference": arctic}
 
 
-def _record_vllm_drafts() -> list:
-    """Wrap vLLM's ``SuffixDecodingProposer.propose`` so that every draft is also appended, as
-    ``[output tokens so far, draft ids]``, to the list returned. The proposer runs in this process
-    only when the engine does (``in_process``); otherwise the list stays empty."""
-    from vllm.v1.spec_decode import suffix_decoding as SD
-
+def _record_vllm_drafts(method: str = "suffix") -> list:
+    """Wrap the ``propose`` of vLLM's drafter for ``method`` so that every draft is also appended to
+    the list returned. "suffix": ``[output tokens so far, draft ids]`` (SuffixDecodingProposer);
+    "eagle" (EAGLE, EAGLE-3 and draft models: SpecDecodeBaseProposer) and "medusa": the draft ids of
+    the first request in the batch, one entry per drafting step (the stream serves one request at a
+    time). The proposer runs in this process only when the engine does (``in_process``); otherwise
+    the list stays empty. None records nothing."""
     log: list = []
-    original = SD.SuffixDecodingProposer.propose
+    if method is None:
+        return log
+    if method == "suffix":
+        from vllm.v1.spec_decode import suffix_decoding as SD
 
-    def propose(self, num_speculative_tokens, input_batch, sampled_token_ids, *args, **kwargs):
-        drafts = original(self, num_speculative_tokens, input_batch, sampled_token_ids, *args, **kwargs)
-        for i, draft in enumerate(drafts):
-            if sampled_token_ids[i]:  # a partial prefill does not draft
-                index = input_batch.req_id_to_index[input_batch.req_ids[i]]
-                done = int(input_batch.num_tokens_no_spec[i]) - int(input_batch.num_prompt_tokens[index])
-                log.append([done, [int(t) for t in draft]])
-        return drafts
+        original = SD.SuffixDecodingProposer.propose
 
-    SD.SuffixDecodingProposer.propose = propose
+        def propose(self, num_speculative_tokens, input_batch, sampled_token_ids, *args, **kwargs):
+            drafts = original(self, num_speculative_tokens, input_batch, sampled_token_ids, *args, **kwargs)
+            for i, draft in enumerate(drafts):
+                if sampled_token_ids[i]:  # a partial prefill does not draft
+                    index = input_batch.req_id_to_index[input_batch.req_ids[i]]
+                    done = int(input_batch.num_tokens_no_spec[i]) - int(input_batch.num_prompt_tokens[index])
+                    log.append([done, [int(t) for t in draft]])
+            return drafts
+
+        SD.SuffixDecodingProposer.propose = propose
+        return log
+    if method == "eagle":
+        from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer as cls
+    elif method == "medusa":
+        from vllm.v1.spec_decode.medusa import MedusaProposer as cls
+    else:
+        raise ValueError(f"no draft recorder for {method!r}")
+    original_any = cls.propose
+
+    def propose_any(self, *args, **kwargs):
+        out = original_any(self, *args, **kwargs)
+        drafts = out[0] if isinstance(out, tuple) else out
+        if hasattr(drafts, "tolist") and len(drafts):
+            log.append([int(t) for t in drafts[0].reshape(-1).tolist()])
+        return out
+
+    cls.propose = propose_any
     return log
 
 
@@ -172,11 +195,13 @@ def suffix_settings(settings: dict | None = None) -> tuple:
 
 
 def run_vllm_stream(model_dir, prompts: list, max_tokens: int, speculative_config: dict, warmup=None,
-                    timeout: float = 1800) -> dict:
+                    timeout: float = 1800, record: str | None = "suffix") -> dict:
     """The job of this module in vLLM's environment (engine core in-process, fp32, greedy):
     ``{"requests": [{"tokens", "steps", "seconds", "drafts"}, ...], "startup_s", "total_s",
     "vllm_version", "arctic_inference"}`` (steps: see :func:`recount`; drafts: ``[output tokens so
-    far, draft ids]`` per draft). warmup: token ids of a request served first, its counters left out."""
+    far, draft ids]`` per draft). warmup: token ids of a request served first, its counters left out.
+    record: whose drafts to write down (:func:`_record_vllm_drafts`: "suffix", "eagle", "medusa", None).
+    Any speculative method runs; only the draft recording depends on it."""
     import os
     import subprocess
     import tempfile
@@ -189,7 +214,7 @@ def run_vllm_stream(model_dir, prompts: list, max_tokens: int, speculative_confi
         raise RuntimeError(why)
     job = {"model": str(model_dir), "prompts": ids, "max_tokens": int(max_tokens), "dtype": "float32", "seed": 0,
            "speculative_config": speculative_config, "max_model_len": 2048, "in_process": True,
-           "job_script": str(V.JOB_SCRIPT),
+           "job_script": str(V.JOB_SCRIPT), "record": record,
            "warmup": None if warmup is None else [int(t) for t in (warmup.tolist() if hasattr(warmup, "tolist")
                                                                    else warmup)]}
     py = V.vllm_python()
