@@ -127,7 +127,7 @@ def cmd_data(args) -> None:
     from ..measure.workloads import training_conversations
     from .corpus_plan import PLANS
 
-    target, tok = load_target("bf16")
+    target, tok = load_target(args.dtype)
     ids_path = Path(args.ids)
     if args.generate or not ids_path.exists():
         convs = training_conversations()
@@ -145,8 +145,19 @@ def cmd_data(args) -> None:
         print(f"wrote {ids_path} ({ids_path.stat().st_size / 1e6:.1f} MB)")
     saved = distill.load_token_ids(ids_path)
     keep = [i for i, (_, r) in enumerate(saved["pairs"]) if r.numel() > 0]
+    keep, subset = _data_subset(saved, keep, args)
+    layers = ()
+    if args.fused:
+        from ..proposers.eagle import eagle3_layers
+
+        layers = eagle3_layers(target.config.num_hidden_layers)
     t0 = time.perf_counter()
-    corpus = distill.teacher_pass(target, [saved["pairs"][i] for i in keep], batch_tokens=args.teacher_batch_tokens)
+    corpus = distill.teacher_pass(target, [saved["pairs"][i] for i in keep], batch_tokens=args.teacher_batch_tokens,
+                                  keep_hidden=not args.no_hidden, fused_layers=layers)
+    if layers:
+        corpus.meta.update(fused_layers=list(layers), fused_dtype=str(next(target.parameters()).dtype))
+    if subset:
+        corpus.meta["subset"] = subset
     corpus.meta.update({**saved["meta"], "ids_file": ids_path.name, "teacher_s": round(time.perf_counter() - t0, 1),
                         "groups": [saved["groups"][i] for i in keep], "passes_of": [saved["passes"][i] for i in keep],
                         "response_tokens": corpus.num_response_tokens, "tokens": corpus.num_tokens,
@@ -154,6 +165,29 @@ def cmd_data(args) -> None:
     path = corpus.save(args.corpus)
     print(json.dumps({k: v for k, v in corpus.meta.items() if k not in ("groups", "passes_of")}, indent=1))
     print(f"wrote {path}")
+
+
+FIRST_TURN_PASSES = ("greedy", "t07a", "t07b", "t07c", "t10a", "t10b")  # corpus_plan's first-turn answers
+
+
+def _data_subset(saved: dict, keep: list, args) -> tuple:
+    """``data --prompt-fraction F [--first-turn]``: the answers to a random share F of the training
+    prompts (torch.randperm over the sorted prompt names, generator seeded with --subset-seed), and
+    with --first-turn only the answers to the prompts themselves (short prompts: most of their tokens
+    are answer tokens, so a CPU's teacher pass buys the most answers per second). Returns the kept
+    indices and a description for the corpus' metadata ("" when everything is kept)."""
+    if args.prompt_fraction >= 1 and not args.first_turn:
+        return keep, ""
+    if not 0 < args.prompt_fraction <= 1:
+        raise SystemExit(f"--prompt-fraction must be in (0, 1], got {args.prompt_fraction}")
+    names = sorted(set(saved["groups"]))
+    g = torch.Generator().manual_seed(args.subset_seed)
+    chosen = {names[i] for i in torch.randperm(len(names), generator=g)[: max(2, round(args.prompt_fraction * len(names)))]}
+    passes = saved["meta"]["passes"]
+    keep = [i for i in keep if saved["groups"][i] in chosen
+            and (not args.first_turn or passes[saved["passes"][i]] in FIRST_TURN_PASSES)]
+    what = f"{len(chosen)} of {len(names)} training prompts (seed {args.subset_seed})"
+    return keep, what + (", first-turn answers only" if args.first_turn else "")
 
 
 def cmd_fused_features(args) -> None:
@@ -324,6 +358,13 @@ def main(argv=None) -> None:
     p.add_argument("--batch-size", type=int, default=CORPUS.batch_size)
     p.add_argument("--teacher-batch-tokens", type=int, default=2048, help="tokens per teacher-pass forward")
     p.add_argument("--limit", type=int, default=0, help="use only the first N training prompts")
+    p.add_argument("--dtype", default="bf16", help="target dtype of the teacher pass (fp32 on a CPU without bf16)")
+    p.add_argument("--fused", action="store_true", help="also keep EAGLE-3's fused features (Corpus.fused), same pass")
+    p.add_argument("--no-hidden", action="store_true", help="do not keep the last hidden states (EAGLE-3 needs none)")
+    p.add_argument("--prompt-fraction", type=float, default=1.0,
+                   help="teacher-pass only the answers to this share of the training prompts (a CPU-sized corpus)")
+    p.add_argument("--first-turn", action="store_true", help="only the answers to the prompts themselves")
+    p.add_argument("--subset-seed", type=int, default=1, help="seed of --prompt-fraction's choice of prompts")
     p = sub.add_parser("fused-features", help="add EAGLE-3's fused low/middle/high hidden states to the corpus")
     p.add_argument("--layers", type=_ints, default=None,
                    help="hidden-state entries to fuse, comma-separated (default: EAGLE-3's 2, N/2, N-3)")

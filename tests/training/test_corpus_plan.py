@@ -88,3 +88,26 @@ def test_the_committed_corpus_holds_no_benchmark_prompt(embedded):
     # and the check can fail: a training prompt's text is found
     train_text = training_conversations()[0][0]["content"]
     assert _telling(_windows(np.array(tok(train_text, add_special_tokens=False)["input_ids"]), WINDOW)) & corpus
+
+
+def test_data_subset_keeps_first_turn_answers_of_a_share_of_prompts():
+    """``data --prompt-fraction F --first-turn``: whole prompts (every kept answer's prompt is chosen,
+    every first-turn answer of a chosen prompt is kept), the same choice for the same seed."""
+    from types import SimpleNamespace
+
+    from specdecode_ref.training.cli import FIRST_TURN_PASSES, _data_subset
+
+    passes = list(FIRST_TURN_PASSES) + ["follow_greedy", "reuse_t07"]
+    groups = [f"p{g}" for g in range(20) for _ in passes]
+    saved = {"groups": groups, "passes": [i for _ in range(20) for i in range(len(passes))],
+             "meta": {"passes": passes}}
+    every = list(range(len(groups)))
+    args = SimpleNamespace(prompt_fraction=0.25, first_turn=True, subset_seed=1)
+    keep, what = _data_subset(saved, every, args)
+    chosen = {groups[i] for i in keep}
+    assert len(chosen) == 5 and "5 of 20 training prompts" in what and "first-turn" in what
+    assert keep == [i for i in every if groups[i] in chosen and passes[saved["passes"][i]] in FIRST_TURN_PASSES]
+    assert _data_subset(saved, every, args) == (keep, what)
+    assert _data_subset(saved, every, SimpleNamespace(prompt_fraction=1.0, first_turn=False, subset_seed=1)) == (every, "")
+    with pytest.raises(SystemExit, match="prompt-fraction"):
+        _data_subset(saved, every, SimpleNamespace(prompt_fraction=0.0, first_turn=True, subset_seed=1))
