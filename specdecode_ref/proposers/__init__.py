@@ -78,6 +78,14 @@ def _eagle_tree(target, k, **kwargs):
     return _eagle(target, k, tree=True, **kwargs)
 
 
+def _eagle3(target, k, tree: bool = False, **kwargs):
+    # The EAGLE-3 head in vLLM's layout (notebook 08, section 10): fused low/middle/high features,
+    # its own draft vocabulary; trained here on a CPU-sized corpus, exported weight for weight.
+    from .eagle import EAGLE3_WEIGHTS, load_eagle_proposer
+
+    return load_eagle_proposer(target, k=k, tree=tree, path=EAGLE3_WEIGHTS, **kwargs)
+
+
 def _suffix(target, k, draft_sampling=None, **kwargs):
     # Suffix decoding (notebook 11) with vLLM's defaults: trees 24 tokens deep, up to 10,000 earlier
     # requests remembered, a draft of up to one token per matched token. Like n-gram drafts, its
@@ -131,6 +139,7 @@ _REGISTRY = {
     "hydra-chain": (_hydra_chain, 3),
     "eagle": (_eagle, 2),
     "eagle-tree": (_eagle_tree, 16),
+    "eagle3": (_eagle3, 2),
     "suffix": (_suffix, 24),
     "router": (_router, None),  # k: each candidate's own
     "bandit": (_bandit, None),
@@ -148,7 +157,7 @@ def register_proposer(name: str, builder, default_k: int) -> None:
 
 def load_proposer(name: str, target=None, k: int | None = None, **kwargs) -> Proposer:
     """Build a proposer by name: "ngram", "draft", "draft-fullvocab", "early-exit", "medusa",
-    "medusa-chain", "hydra", "hydra-chain", "eagle", "eagle-tree", "suffix", and the drafters that
+    "medusa-chain", "hydra", "hydra-chain", "eagle", "eagle-tree", "eagle3", "suffix", and the drafters that
     choose among them per request, "router" and "bandit" (see ``available_proposers()``).
 
     Model-based proposers load their shipped weights for the embedded model and need ``target``.

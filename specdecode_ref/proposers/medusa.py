@@ -13,7 +13,7 @@ feature is stored in the distillation corpus (distill.py) and no target forward 
 head starts as the identity), then a vocabulary projection. Here the projection is the TARGET's
 lm_head, shared and frozen, optionally restricted to the reduced draft vocabulary
 (vocab.VocabHead). Medusa gives each head its own 576 x 49,152 projection; for SmolLM2 that
-would be 56 MB of bf16 weights *per head*, over the course's 50 MB budget for all shipped weights,
+would be 56 MB of bf16 weights *per head*, over the course's 60 MB budget for all shipped weights,
 and one more ~2.7 ms projection per head per step on this CPU. Sharing it, all heads go through
 one projection call ([num_heads, H] @ W^T, memory-bound, so about the cost of one row), and only
 the ResBlocks (576 x 577 numbers each, ~0.66 MB bf16) are shipped.

@@ -62,7 +62,7 @@ def train_early_exit(target, corpus: Corpus, *, exits=EARLY_EXIT.exits, steps: i
 
 
 def best_exit(heldout: dict, num_layers: int, k_max: int = 8) -> int:
-    """The exit layer to ship (the 50 MB budget holds one adapter): the best predicted speedup,
+    """The exit layer to ship (the 60 MB budget holds one adapter): the best predicted speedup,
     taking alpha = held-out top-1 agreement and c = (L + 1) / num_layers (L target layers plus the
     adapter's one; the reduced-vocabulary projection is small), each at its best k."""
     from ..analysis import expected_speedup

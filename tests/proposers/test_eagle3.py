@@ -170,6 +170,22 @@ def test_fused_head_on_the_real_model_greedy_exact(embedded, real_case, mode):
         assert type(eagle.load_eagle_head(model)) is EagleHead
 
 
+@pytest.mark.parametrize("mode", [dict(), dict(k=8, tree=True)], ids=["chain", "tree"])
+def test_shipped_eagle3_head_is_exact_and_accepts(embedded, real_case, mode):
+    """The shipped EAGLE-3 head (``load_proposer("eagle3")``, the file notebook 08 serves in vLLM):
+    a fused head with its own draft vocabulary, exact in fp32, and trained: it keeps drafts."""
+    from specdecode_ref.proposers import load_proposer
+
+    model, _ = embedded
+    ids, plain = real_case
+    p = load_proposer("eagle3", model, **mode)
+    assert isinstance(p.head, FusedEagleHead) and p.head.feature_layers == (2, 15, 27)
+    assert p.head.draft_ids is not None and p.vocab.size == p.head.draft_ids.numel()
+    out = generate(model, ids, p, max_new_tokens=16, stop_on_eos=False)
+    assert torch.equal(out.tokens, plain)
+    assert out.stats.accepted > 0
+
+
 # --- sampling: q over the full vocabulary ----------------------------------------------------------
 
 SUBSET = torch.tensor([0, 2, 3, 5])
