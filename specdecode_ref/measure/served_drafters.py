@@ -35,7 +35,8 @@ import sys
 import time
 from pathlib import Path
 
-from .suffix_vllm import COUNTERS, SIDE_NAMES, SIDES, _rates, recount, run_vllm_stream
+from .suffix_vllm import (COUNTERS, SIDE_NAMES, SIDES, first_difference, load_stored, recount, run_vllm_stream,
+                          steps_within)
 from .suffix_vllm import totals as _totals
 
 DEFAULT_PATH = Path(__file__).resolve().parents[1] / "data" / "measured" / "served_drafters.json"
@@ -122,7 +123,6 @@ def compare_served(model, tokenizer, name: str, messages: list, *, k: int = 3, m
         return draft
 
     P.propose = recording_propose  # the same object; only its drafts are written down
-    theirs_drafts = iter(served["requests"])
     rows, pos = [], {"ours": per_position([], k), "vllm_within": per_position([], k)}
     t0 = time.perf_counter()
     try:
@@ -134,11 +134,8 @@ def compare_served(model, tokenizer, name: str, messages: list, *, k: int = 3, m
             counts = recount(theirs["steps"], max_new_tokens)
             counts["ours"] = {"drafts": st.drafting_steps, "draft_tokens": st.drafted, "accepted": st.accepted}
             ours_steps = [(int(d), int(a)) for d, a in zip(st.draft_lengths, st.accepted_lengths) if d > 0]
-            vllm_steps = [(min(d, max(0, max_new_tokens - b - 1)), min(a, max(0, max_new_tokens - b - 1)))
-                          for d, a, _, _, b in theirs["steps"] if b > 0]
-            vllm_steps = [s for s in vllm_steps if s[0] > 0]
-            differs = next((j for j, (x, y) in enumerate(zip(ours_steps, vllm_steps)) if x != y),
-                           None if len(ours_steps) == len(vllm_steps) else min(len(ours_steps), len(vllm_steps)))
+            vllm_steps = [s for s in steps_within(theirs["steps"], max_new_tokens) if s[0] > 0]
+            differs = first_difference(ours_steps, vllm_steps)
             # Drafts side by side while both sequences agree (before the first differing step).
             agree = len(ours_steps) if differs is None else differs
             theirs_d = theirs.get("drafts", [])
@@ -165,7 +162,6 @@ def compare_served(model, tokenizer, name: str, messages: list, *, k: int = 3, m
     finally:
         del P.propose
     ours_s = time.perf_counter() - t0
-    del theirs_drafts
     tot = _totals(rows)
     tot.pop("vllm_tail_cached", None)
     for side in ("ours", "vllm_within"):
@@ -207,11 +203,7 @@ def mal_ratio(result: dict) -> float:
 def load_served(path=None) -> dict:
     """The stored comparison (default ``data/measured/served_drafters.json``): ``{"meta",
     "drafters": {name: {"meta", "rows", "totals", "per_position"}}}``. No vLLM needed."""
-    path = DEFAULT_PATH if path is None else Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: run python -m specdecode_ref.measure.served_drafters")
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    return load_stored(DEFAULT_PATH if path is None else path, "specdecode_ref.measure.served_drafters")
 
 
 def main(argv=None) -> dict:
@@ -232,7 +224,7 @@ def main(argv=None) -> dict:
     import torch
 
     from ..models import load_model
-    from .timing import cpu_name
+    from .claims import cpu_name
     from .workloads import load_workloads
 
     t0 = time.perf_counter()

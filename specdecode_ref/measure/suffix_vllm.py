@@ -260,6 +260,29 @@ def recount(steps: list, max_tokens: int) -> dict:
     return {"vllm": raw, "vllm_within": within, "tail_cached": tail}
 
 
+def steps_within(steps: list, max_tokens: int) -> list:
+    """vLLM's verification steps of one request as ``(drafted, accepted)`` pairs cut to max_tokens,
+    as our engine counts them (the prefill step, which verifies nothing, left out)."""
+    return [(min(d, max(0, max_tokens - b - 1)), min(a, max(0, max_tokens - b - 1)))
+            for d, a, _, _, b in steps if b > 0]
+
+
+def first_difference(ours: list, theirs: list):
+    """The first step whose (drafted, accepted) pair differs between two engines' step lists; None
+    when they agree on every step (a shorter list differs where it ends)."""
+    return next((j for j, (x, y) in enumerate(zip(ours, theirs)) if tuple(x) != tuple(y)),
+                None if len(ours) == len(theirs) else min(len(ours), len(theirs)))
+
+
+def load_stored(path, command: str) -> dict:
+    """A stored comparison written by ``command``'s command line. No vLLM needed."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run python -m {command}")
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
 def compare_with_vllm(model, tokenizer, stream_messages: list, max_new_tokens: int = 48, settings: dict | None = None,
                       model_dir=None, vllm_warmup: bool = False, timeout: float = 1800) -> dict:
     """Decode ``stream_messages`` with vLLM's suffix method and with ours, and compare per request.
@@ -318,10 +341,8 @@ def compare_with_vllm(model, tokenizer, stream_messages: list, max_new_tokens: i
             counts = recount(theirs["steps"], max_new_tokens)
             counts["ours"] = {"drafts": st.drafting_steps, "draft_tokens": st.drafted, "accepted": st.accepted}
             ours_steps = list(zip(st.draft_lengths, st.accepted_lengths))
-            vllm_steps = [(min(d, max(0, max_new_tokens - b - 1)), min(a, max(0, max_new_tokens - b - 1)))
-                          for d, a, _, _, b in theirs["steps"] if b > 0]
-            differs = next((j for j, (x, y) in enumerate(zip(ours_steps, vllm_steps)) if tuple(x) != tuple(y)),
-                           None if len(ours_steps) == len(vllm_steps) else min(len(ours_steps), len(vllm_steps)))
+            vllm_steps = steps_within(theirs["steps"], max_new_tokens)
+            differs = first_difference(ours_steps, vllm_steps)
             row = {"request": i, "family": it.get("family"), "prompt_tokens": int(ids.numel()),
                    "new_tokens_ours": len(ours_tokens), "new_tokens_vllm": len(theirs["tokens"]),
                    "same_output": ours_tokens == theirs["tokens"], "ours_plain": ours_tokens == plain,
@@ -408,11 +429,7 @@ def request_table(result: dict):
 def load_vllm_comparison(path=None) -> dict:
     """The stored comparison (default ``data/measured/suffix_vllm.json``), as written by this
     module's command line: ``{"meta", "rows", "totals"}``. No vLLM needed."""
-    path = DEFAULT_PATH if path is None else Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: run python -m specdecode_ref.measure.suffix_vllm")
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    return load_stored(DEFAULT_PATH if path is None else path, "specdecode_ref.measure.suffix_vllm")
 
 
 def main(argv=None) -> dict:
