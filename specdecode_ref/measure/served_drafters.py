@@ -69,7 +69,7 @@ def our_proposer(name: str, model, k: int, head=None):
 def per_position(steps: list, k: int) -> dict:
     """Survival counts from per-step ``(drafted, accepted)`` pairs: ``drafts`` (steps that drafted),
     ``drafted[i]`` (steps whose draft reached position i) and ``accepted[i]`` (steps that kept
-    position i), i < k. accepted[i] / drafts is vLLM's per-position acceptance rate."""
+    position i), i < k, and ``rate[i]`` = accepted[i] / drafts, vLLM's per-position acceptance rate."""
     drafted, accepted = [0] * k, [0] * k
     drafts = 0
     for d, a in steps:
@@ -80,7 +80,8 @@ def per_position(steps: list, k: int) -> dict:
             drafted[i] += 1
         for i in range(min(a, k)):
             accepted[i] += 1
-    return {"drafts": drafts, "drafted": drafted, "accepted": accepted}
+    rate = [x / drafts if drafts else float("nan") for x in accepted]
+    return {"drafts": drafts, "drafted": drafted, "accepted": accepted, "rate": rate}
 
 
 def compare_served(model, tokenizer, name: str, messages: list, *, k: int = 3, max_new_tokens: int = 48,
@@ -123,7 +124,7 @@ def compare_served(model, tokenizer, name: str, messages: list, *, k: int = 3, m
         return draft
 
     P.propose = recording_propose  # the same object; only its drafts are written down
-    rows, pos = [], {"ours": per_position([], k), "vllm_within": per_position([], k)}
+    rows, all_steps = [], {"ours": [], "vllm_within": []}
     t0 = time.perf_counter()
     try:
         for i, (it, ids, theirs) in enumerate(zip(items, prompts, served["requests"])):
@@ -141,11 +142,8 @@ def compare_served(model, tokenizer, name: str, messages: list, *, k: int = 3, m
             theirs_d = theirs.get("drafts", [])
             compared = min(agree, len(ours_drafts), len(theirs_d))
             differ = [j for j in range(compared) if ours_drafts[j][:ours_steps[j][0]] != theirs_d[j][:ours_steps[j][0]]]
-            for side, steps in (("ours", ours_steps), ("vllm_within", vllm_steps)):
-                one = per_position(steps, k)
-                pos[side] = {"drafts": pos[side]["drafts"] + one["drafts"],
-                             "drafted": [x + y for x, y in zip(pos[side]["drafted"], one["drafted"])],
-                             "accepted": [x + y for x, y in zip(pos[side]["accepted"], one["accepted"])]}
+            all_steps["ours"] += ours_steps
+            all_steps["vllm_within"] += vllm_steps
             row = {"request": i, "family": it.get("category"), "id": it.get("id"), "prompt_tokens": int(ids.numel()),
                    "new_tokens_ours": len(ours_tokens), "new_tokens_vllm": len(theirs["tokens"]),
                    "same_output": ours_tokens == theirs["tokens"], "ours_plain": ours_tokens == plain,
@@ -164,9 +162,7 @@ def compare_served(model, tokenizer, name: str, messages: list, *, k: int = 3, m
     ours_s = time.perf_counter() - t0
     tot = _totals(rows)
     tot.pop("vllm_tail_cached", None)
-    for side in ("ours", "vllm_within"):
-        p = pos[side]
-        p["rate"] = [a / p["drafts"] if p["drafts"] else float("nan") for a in p["accepted"]]
+    pos = {side: per_position(steps, k) for side, steps in all_steps.items()}
     meta = {"drafter": name, "k": k, "dtype": "fp32", "sampling": "greedy", "max_new_tokens": int(max_new_tokens),
             "requests": len(rows), "speculative_config": {kk: v for kk, v in config.items() if kk != "model"},
             "ours": repr(P), "vllm_version": served.get("vllm_version"),

@@ -22,8 +22,10 @@ MAL_TOLERANCE = 0.10  # vLLM's mean acceptance length over ours, within max_toke
 
 def test_per_position_counts_survival():
     pos = SD.per_position([(3, 0), (3, 2), (3, 3), (1, 1), (0, 0)], k=3)
-    assert pos == {"drafts": 4, "drafted": [4, 3, 3], "accepted": [3, 2, 1]}
-    assert SD.per_position([], 2) == {"drafts": 0, "drafted": [0, 0], "accepted": [0, 0]}
+    assert pos == {"drafts": 4, "drafted": [4, 3, 3], "accepted": [3, 2, 1], "rate": [0.75, 0.5, 0.25]}
+    empty = SD.per_position([], 2)
+    assert (empty["drafts"], empty["drafted"], empty["accepted"]) == (0, [0, 0], [0, 0])
+    assert all(math.isnan(r) for r in empty["rate"])
 
 
 def test_unknown_drafter_is_refused(embedded):
