@@ -1,12 +1,17 @@
-"""Helpers shared by the tests: a tiny random Llama and a pooled chi-square test.
+"""Helpers shared by the tests: a tiny random Llama, a pooled chi-square test, a CPU-starved child process.
 
 (Kept out of conftest.py: labs/ has a conftest.py too, and two modules named ``conftest`` on
 sys.path shadow each other, so ``from conftest import ...`` would be ambiguous.)
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
+import signal
+import threading
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -330,3 +335,51 @@ def stop_at_weight(residual_mass, w):
 
 BLOCK_TWINS = {"weights_not_carried": ("prefix_weights", weights_not_carried),
                "stop_at_weight": ("stop_probabilities", stop_at_weight)}
+
+
+@contextlib.contextmanager
+def starved_children(command_contains: str, run_s: float = 0.1, stop_s: float = 0.2):
+    """Let this process's child processes whose command line contains ``command_contains`` run
+    only ``run_s`` of every ``run_s + stop_s`` seconds (SIGSTOP, then SIGCONT): what a saturated
+    CPU does to them on the wall clock, without loading the CPU (Linux only)."""
+    me = os.getpid()
+    done = threading.Event()
+
+    def children():
+        pids = []
+        for d in Path("/proc").iterdir():
+            if not d.name.isdigit():
+                continue
+            try:
+                ppid = int((d / "stat").read_bytes().rsplit(b")", 1)[1].split()[1])
+                if ppid == me and command_contains.encode() in (d / "cmdline").read_bytes():
+                    pids.append(int(d.name))
+            except (OSError, ValueError, IndexError):
+                pass
+        return pids
+
+    def signal_all(pids, sig):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def loop():
+        while not done.is_set():
+            pids = children()
+            signal_all(pids, signal.SIGSTOP)
+            done.wait(stop_s)
+            signal_all(pids, signal.SIGCONT)
+            done.wait(run_s)
+
+    if not Path("/proc/self/stat").exists():
+        pytest.skip("needs Linux's /proc to find and pause the grading processes")
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        signal_all(children(), signal.SIGCONT)

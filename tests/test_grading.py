@@ -136,7 +136,8 @@ def test_honest_submissions_are_not_flagged(toy, tmp_path, monkeypatch):
         "right": TOY_SOLUTION,
         "printing": printing,  # prints something that looks like pytest's summary, and fails
         "crash": TOY_SOLUTION.replace("return n", "import os\n    os._exit(3)"),
-        "loops": TOY_SOLUTION.replace("return n", "import signal\n    signal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+        # an endless loop that also switches off the per-test limit: the limit on the whole submission stops it
+        "loops": TOY_SOLUTION.replace("return n", "import signal\n    signal.signal(signal.SIGPROF, signal.SIG_IGN)\n"
                                                   "    while True:\n        pass"),
     }, tmp_path, test_timeout=1, timeout=6)
     assert (r["right"]["status"], r["right"]["percent"]) == ("ok", 100.0)

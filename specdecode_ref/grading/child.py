@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 _write = os.write  # kept before any submission is imported: patching os.write does not reach us
 _dumps = json.dumps
 _perf_counter = time.perf_counter
@@ -123,6 +125,7 @@ class Recorder:
         self.hooks = None
         self.codes: dict = {}
         self.globals: dict = {}
+        self.in_phase = False
 
     # --- integrity ---------------------------------------------------------------------------
     def _hook_snapshot(self, config) -> dict:
@@ -189,19 +192,51 @@ class Recorder:
         self.hooks = self._hook_snapshot(config)
         self.channel.send("collected", tests=tests)
 
+    # --- the per-test time limit ---------------------------------------------------------------
+    # The limit counts the grading process's own CPU time (ITIMER_PROF), not the wall clock: on a
+    # busy machine (a class graded with --jobs, a test suite beside it) a test waits longer for the
+    # CPU but does not use more of it, so an honest submission is not cut short by someone else's
+    # load, while an endless loop still burns CPU and is stopped. Code that blocks without using the
+    # CPU (a sleep, a deadlock) is stopped by the runner's limit on the whole submission.
+    #
+    # The timeout is raised only inside a test's setup, call or teardown, never inside pytest's own
+    # reporting or the recorder: raised there it would break pytest itself (an INTERNALERROR, no
+    # summary, no canary verdict), which the grader cannot tell from tampering.
     def _alarm(self, signum, frame):
-        raise self.GradingTimeout(f"test ran longer than {self.test_timeout:g} s")
+        if self.in_phase:
+            raise self.GradingTimeout(f"test used more than {self.test_timeout:g} s of CPU time")
 
     def _arm(self):
-        if self.test_timeout and hasattr(signal, "SIGALRM"):
-            signal.signal(signal.SIGALRM, self._alarm)
-            # Re-fires every second in case the first one is swallowed by a bare `except:`.
-            signal.setitimer(signal.ITIMER_REAL, self.test_timeout, 1.0)
+        if self.test_timeout and hasattr(signal, "SIGPROF"):
+            signal.signal(signal.SIGPROF, self._alarm)
+            # Re-fires every CPU second in case the first one is swallowed by a bare `except:`.
+            signal.setitimer(signal.ITIMER_PROF, self.test_timeout, 1.0)
 
     def _disarm(self):
-        if self.test_timeout and hasattr(signal, "SIGALRM"):
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        if self.test_timeout and hasattr(signal, "SIGPROF"):
+            signal.setitimer(signal.ITIMER_PROF, 0)
+            signal.signal(signal.SIGPROF, signal.SIG_IGN)
+
+    def _phase(self):
+        self.in_phase = True
+        try:
+            return (yield)
+        finally:
+            self.in_phase = False
+
+    # Innermost wrappers (trylast): the limit applies to the fixtures and the test, not to the
+    # other plugins' wrappers around them.
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_runtest_setup(self, item):
+        return (yield from self._phase())
+
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_runtest_call(self, item):
+        return (yield from self._phase())
+
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_runtest_teardown(self, item, nextitem):
+        return (yield from self._phase())
 
     def pytest_runtest_protocol(self, item, nextitem):
         self._arm()  # covers fixture setup (importing the submission), the test and teardown
@@ -245,8 +280,6 @@ class Recorder:
 
 def child_main(job_path: str) -> int:
     """Grade the submissions listed in a job file; the exit status is pytest's for the last one."""
-    import pytest
-
     job = json.loads(Path(job_path).read_text())
     ini = Path(job["workdir"]) / "pytest.ini"
     ini.write_text("[pytest]\n")
@@ -271,6 +304,7 @@ def child_main(job_path: str) -> int:
         except BaseException as exc:  # noqa: BLE001 - keep grading the next submission
             print(f"grader: pytest stopped with {type(exc).__name__}: {exc}", flush=True)
             status = 3
+        recorder._disarm()  # a pytest that stopped early never reached the last test's end
         print(f"===== done {sub['name']}", flush=True)
         sys.stdout.flush()
     return status

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from .labs import IMPL_ENV, Lab, Submission, sibling_labs, which_lab
 
-DEFAULT_TEST_TIMEOUT = 20.0  # seconds per test
-DEFAULT_TIMEOUT = 300.0  # seconds per submission (all its tests, plus start-up)
+DEFAULT_TEST_TIMEOUT = 20.0  # CPU seconds per test (its fixtures included)
+DEFAULT_TIMEOUT = 300.0  # CPU seconds per submission (all its tests, plus start-up)
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 _CHILD = Path(__file__).resolve().parent / "child.py"
 PYTEST_TESTS_FAILED = 1  # pytest's exit status when some test failed: always, since the canary fails
@@ -63,6 +63,52 @@ def _child_env(threads: int) -> dict:
     return env
 
 
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+WALL_FACTOR = 4.0  # the wall-clock backstop, in multiples of the CPU-time limit
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system, all threads) used so far by a running process, where the system
+    tells it (Linux's /proc); None elsewhere."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _wait_within_limits(proc: subprocess.Popen, timeout: float) -> tuple:
+    """Wait for a grading process, stopping it at ``timeout`` seconds of its own CPU time.
+
+    CPU time, not the wall clock, because a busy machine must not cost an honest submission its
+    points: another job on the same cores makes a test wait longer, not compute longer. Code that
+    blocks without computing (a sleep, a deadlock) is stopped at WALL_FACTOR times the limit on
+    the wall clock. Where the CPU time cannot be read, the limit is on the wall clock.
+    Returns (exit status or None if stopped, CPU seconds used, None or the limit that was hit).
+    """
+    t0 = time.perf_counter()
+    cpu = 0.0
+    while True:
+        try:
+            rc = proc.wait(timeout=0.25)
+            return rc, cpu, None
+        except subprocess.TimeoutExpired:
+            pass
+        wall = time.perf_counter() - t0
+        now = _cpu_seconds(proc.pid)
+        if now is None:
+            if wall > timeout:
+                return None, cpu, f"ran longer than {timeout:g} s"
+            continue
+        cpu = now
+        if cpu > timeout:
+            return None, cpu, f"used more than {timeout:g} s of CPU time"
+        if wall > WALL_FACTOR * timeout:
+            return None, cpu, (f"ran {wall:.0f} s on the wall clock ({WALL_FACTOR:g} times its {timeout:g} s "
+                               f"of CPU time) while using {cpu:.0f} s of CPU: blocked")
+
+
 def _run_child(lab: Lab, subs: list, workdir: Path, files: list, test_timeout: float, timeout: float,
                threads: int, log_path: Path) -> dict:
     """Run one grading process for ``subs``; returns what it reported and how it ended."""
@@ -87,7 +133,6 @@ def _run_child(lab: Lab, subs: list, workdir: Path, files: list, test_timeout: f
 
     reader = threading.Thread(target=read, daemon=True)
     t0 = time.perf_counter()
-    timed_out = False
     with open(log_path, "w") as log:
         try:
             proc = subprocess.Popen([sys.executable, str(_CHILD), str(job_path)], cwd=workdir, env=_child_env(threads),
@@ -96,11 +141,7 @@ def _run_child(lab: Lab, subs: list, workdir: Path, files: list, test_timeout: f
         finally:
             os.close(write_fd)  # the child holds the only write end: EOF when it is gone
         reader.start()
-        try:
-            rc = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            rc = None
+        rc, cpu, limit_hit = _wait_within_limits(proc, timeout)
         try:
             os.killpg(proc.pid, signal.SIGKILL)  # the child and anything it started
         except (ProcessLookupError, PermissionError):
@@ -108,14 +149,16 @@ def _run_child(lab: Lab, subs: list, workdir: Path, files: list, test_timeout: f
         if rc is None:
             rc = proc.wait()
     reader.join(timeout=10)
-    return {"events": _parse_events(lines, len(subs)), "rc": rc, "timed_out": timed_out,
-            "duration": time.perf_counter() - t0, "canary": canary, "nonce": nonce,
+    return {"events": _parse_events(lines, len(subs)), "rc": rc, "timed_out": limit_hit is not None,
+            "limit": limit_hit, "cpu_s": cpu, "duration": time.perf_counter() - t0, "canary": canary, "nonce": nonce,
             "log": log_path.read_text(errors="replace")}
 
 
 def _parse_events(lines: list, n_subs: int) -> list:
     """Split the pipe's JSON lines per submission: [{"events": [...], "problems": [...]}, ...]."""
     out = [{"events": [], "problems": []} for _ in range(n_subs)]
+    if lines and not lines[-1].endswith(b"\n"):
+        lines = lines[:-1]  # a process stopped in the middle of a message: the rest never came
     for raw in lines:
         try:
             ev = json.loads(raw)
@@ -294,6 +337,8 @@ def _assemble(sub: Submission, run: dict | None, index: int, seg: dict | None, i
         t.pop("key", None)
         t.pop("canary", None)
     rec["duration_s"] = round(float((finished or {}).get("duration_s", run["duration"])), 2)
+    if isolated and run.get("cpu_s"):
+        rec["cpu_s"] = round(float(run["cpu_s"]), 1)  # the process's CPU time, as last read while it ran
     if evidence:
         rec["status"] = "tampered"
         rec["evidence"] = list(dict.fromkeys(evidence))
@@ -303,7 +348,8 @@ def _assemble(sub: Submission, run: dict | None, index: int, seg: dict | None, i
         rec["message"] = collect_errors[0]
     elif collected is None or finished is None:
         rec["status"] = "timeout" if timed_out else "crashed"
-        rec["message"] = "time limit" if timed_out else f"grader process exit code {rc}"
+        rec["message"] = (f"time limit: the grading process {run.get('limit')}" if timed_out
+                          else f"grader process exit code {rc}")
         for t in rec["tests"]:
             if t["outcome"] == "not run":
                 t["outcome"] = rec["status"]
