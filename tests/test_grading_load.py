@@ -5,12 +5,11 @@ time the process itself uses, so an honest submission graded beside other work (
 with ``--jobs``, a test suite) comes out ``ok`` with its full score, an endless loop is still
 stopped, and every tamper attempt is still caught. The load is made without loading the CPU:
 ``starved_children`` pauses the grading processes two thirds of the time (SIGSTOP/SIGCONT), so a
-grading takes three times as long on the clock as it computes.
+grading takes about three times as long on the clock as it computes.
 """
 from __future__ import annotations
 
 import tempfile
-import textwrap
 from pathlib import Path
 
 from specdecode_ref import grading
@@ -49,41 +48,40 @@ def test_count(lab):
 '''
 
 
-def test_starved_toy_lab_limits_count_cpu_time(tmp_path):
-    """A test that computes less than its limit passes however long it waits for the CPU; one that
-    loops forever is stopped ("timeout" for that test, the others graded); neither is "tampered"."""
+def test_starved_toy_lab_limits_count_cpu_time_and_tampering_is_caught(tmp_path):
+    """Under load: a test that computes less than its limit passes however long it waits for the
+    CPU; one that loops forever is stopped ("timeout" for that test, the others graded); neither
+    is "tampered"; and each tamper attempt, graded at the same time, is "tampered" with 0 points."""
     lab = make_lab(tmp_path / "labs", "lab01_toy", SLOW_TESTS, TOY_STUDENT, TOY_SOLUTION)
     loops = tmp_path / "loops.py"
     loops.write_text(TOY_SOLUTION.replace("return n", "while True:\n        pass"))
+    tampers = selftest._write_tamper_submissions(Lab.open(lab), tmp_path)
+    subs = [Submission("right", lab / "solution.py"), Submission("loops", loops), *tampers]
     with starved_children(CHILD):
-        report = grading.grade(lab, [("right", lab / "solution.py"), ("loops", loops)], test_timeout=1, timeout=30, jobs=2)
+        report = grading.grade(lab, subs, test_timeout=1, timeout=30, jobs=len(subs))
     r = {x["student"]: x for x in report["submissions"]}
     assert (r["right"]["status"], r["right"]["percent"], r["right"]["evidence"]) == ("ok", 100.0, [])
     assert r["right"]["duration_s"] > 1.0, "the grading process was not slowed down"
     assert (r["loops"]["status"], r["loops"]["score"], r["loops"]["evidence"]) == ("ok", 2.0, [])
     outcomes = {t["name"]: t["outcome"] for t in r["loops"]["tests"]}
     assert outcomes == {"test_add_after_work": "passed", "test_count": "timeout"}, outcomes
-
-
-def test_model_lab_graded_under_load_is_ok_and_tampering_still_caught():
-    """Lab 4 (tiny Llamas: its first test imports and builds models) at the default limits, its
-    processes starved: two gradings of the reference at once both score 100 % with status "ok", and
-    each tamper attempt, graded at the same time under the same load, is "tampered" with 0 points."""
-    lab = Lab.open(ROOT / "labs" / "lab04_draft_verify_loop")
-    with tempfile.TemporaryDirectory(prefix="specdecode-load-") as tmp:
-        tampers = selftest._write_tamper_submissions(lab, Path(tmp))
-        subs = [Submission("reference", lab.dir / "reference.py", role="reference"),
-                Submission("reference again", lab.dir / "reference.py", role="reference"), *tampers]
-        with starved_children(CHILD):
-            report = grading.grade(lab.dir, subs, jobs=len(subs), visible_only=True, quiet=True)
-    by_name = {x["student"]: x for x in report["submissions"]}
-    for name in ("reference", "reference again"):
-        r = by_name[name]
-        assert (r["status"], r["percent"], r["evidence"]) == ("ok", 100.0, []), (name, r["status"], r["message"], r["evidence"])
-        # starved: more than twice as long on the clock as it computed, past the 20 s per-test limit
-        assert r["duration_s"] > max(2.0 * r["cpu_s"], grading.DEFAULT_TEST_TIMEOUT), (r["duration_s"], r["cpu_s"])
     assert len(tampers) == len(selftest.tamper_attempts()) >= 4
     for t in tampers:
-        r = by_name[t.name]
-        assert (r["status"], r["score"]) == ("tampered", 0.0), (t.name, r["status"], r["message"])
-        assert r["evidence"]
+        assert (r[t.name]["status"], r[t.name]["score"]) == ("tampered", 0.0), (t.name, r[t.name]["message"])
+
+
+def test_model_lab_reference_graded_under_load_is_ok():
+    """Lab 4 (tiny Llamas: its first test imports transformers and builds models) at the default
+    limits, its grading processes starved: the reference scores 100 % with status "ok" while
+    another grading of the same lab runs at once (a tamper attempt, which is caught)."""
+    lab = Lab.open(ROOT / "labs" / "lab04_draft_verify_loop")
+    with tempfile.TemporaryDirectory(prefix="specdecode-load-") as tmp:
+        tamper = next(s for s in selftest._write_tamper_submissions(lab, Path(tmp)) if s.name == "tamper:plugin_rewrite")
+        subs = [Submission("reference", lab.dir / "reference.py", role="reference"), tamper]
+        with starved_children(CHILD):
+            report = grading.grade(lab.dir, subs, jobs=len(subs), visible_only=True, quiet=True)
+    r, t = report["submissions"]
+    assert (r["status"], r["percent"], r["evidence"]) == ("ok", 100.0, []), (r["status"], r["message"], r["evidence"])
+    # starved: more than twice as long on the clock as it computed, and past the 20 s per-test limit
+    assert r["duration_s"] > max(2.0 * r["cpu_s"], grading.DEFAULT_TEST_TIMEOUT), (r["duration_s"], r["cpu_s"])
+    assert (t["status"], t["score"]) == ("tampered", 0.0), t["message"]

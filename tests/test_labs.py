@@ -207,7 +207,7 @@ SUBMISSIONS = {
     "carol/toy/student.py": "def add(a, b)\n    return a + b\n",  # syntax error
     # An endless loop that ignores even the grader's per-test alarm: the submission time limit ends it.
     "dave.py": TOY_SOLUTION + "\n\ndef count(n):\n    import signal\n\n"
-                               "    signal.signal(signal.SIGALRM, signal.SIG_IGN)\n    while True:\n        pass\n",
+                               "    signal.signal(signal.SIGPROF, signal.SIG_IGN)\n    while True:\n        pass\n",
     "erin.py": "import os\n\n\ndef add(a, b):\n    os._exit(3)\n",  # kills the grading process
     "frank/notes.txt": "no code here",
 }
