@@ -85,3 +85,15 @@ def test_model_lab_reference_graded_under_load_is_ok():
     # starved: more than twice as long on the clock as it computed, and past the 20 s per-test limit
     assert r["duration_s"] > max(2.0 * r["cpu_s"], grading.DEFAULT_TEST_TIMEOUT), (r["duration_s"], r["cpu_s"])
     assert (t["status"], t["score"]) == ("tampered", 0.0), t["message"]
+
+
+def test_a_process_that_never_exits_is_a_timeout_not_tampering(tmp_path):
+    """A submission that leaves a thread running keeps its grading process alive after the tests:
+    stopped on the wall clock (it computes nothing), status "timeout", the points it earned kept."""
+    lab = make_lab(tmp_path / "labs", "lab01_toy", SLOW_TESTS.replace("burn(0.6)", ""), TOY_STUDENT, TOY_SOLUTION)
+    hangs = tmp_path / "hangs.py"
+    hangs.write_text("import threading\nimport time\n\nthreading.Thread(target=time.sleep, args=(3600,)).start()\n\n"
+                     + TOY_SOLUTION)
+    (r,) = grading.grade(lab, [("hangs", hangs)], test_timeout=1, timeout=2)["submissions"]
+    assert (r["status"], r["percent"], r["evidence"]) == ("timeout", 100.0, []), (r["status"], r["message"])
+    assert "without exiting" in r["message"] and "blocked" in r["message"]

@@ -325,7 +325,7 @@ def _assemble(sub: Submission, run: dict | None, index: int, seg: dict | None, i
                 evidence.append(f"pytest's summary ({dict(out['summary'])}) does not match the tests it listed")
         if finished.get("exitstatus") != PYTEST_TESTS_FAILED:
             evidence.append(f"pytest's exit status was {finished.get('exitstatus')}, but the canary always fails")
-        if isolated and rc != finished.get("exitstatus"):
+        if isolated and not timed_out and rc != finished.get("exitstatus"):  # a stopped process's status is ours
             evidence.append(f"the process exited with status {rc}, pytest's exit status was {finished.get('exitstatus')}")
         if seg is not None and any(_SUMMARY.match(x) or _SUMMARY_HEADER.match(x) for x in seg["after"]):
             evidence.append("something printed a test summary after pytest had finished")
@@ -353,6 +353,9 @@ def _assemble(sub: Submission, run: dict | None, index: int, seg: dict | None, i
         for t in rec["tests"]:
             if t["outcome"] == "not run":
                 t["outcome"] = rec["status"]
+    elif timed_out and isolated:  # e.g. a thread left running keeps the interpreter from exiting
+        rec["status"] = "timeout"
+        rec["message"] = f"every test finished, but then the grading process {run.get('limit')} without exiting"
     elif rec["tests"] and all(t["outcome"] == "load error" for t in rec["tests"]):
         rec["status"] = "load error"
         rec["message"] = rec["tests"][0]["message"]
