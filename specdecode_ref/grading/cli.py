@@ -8,7 +8,7 @@ from pathlib import Path
 from .handouts import handout
 from .labs import Lab, Submission, find_submissions
 from .report import format_report
-from .runner import DEFAULT_TEST_TIMEOUT, DEFAULT_TIMEOUT, grade
+from .runner import DEFAULT_TEST_TIMEOUT, DEFAULT_TIMEOUT, WALL_FACTOR, grade
 from .selftest import self_test
 
 
@@ -31,7 +31,9 @@ def _parser() -> argparse.ArgumentParser:
                         "tests its 'caught by:' line names) and every tamper attempt is caught")
     p.add_argument("--out", metavar="DIR", help="report folder (default: grading_reports/)")
     p.add_argument("--visible-only", action="store_true", help="skip the hidden tests (a student's self-check)")
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="CPU seconds per submission, all its tests (default %(default)s; a submission that blocks is stopped at 4 times this on the wall clock)")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                   help=f"CPU seconds per submission, all its tests (default %(default)s; a submission that blocks "
+                        f"is stopped at {WALL_FACTOR:g} times this on the wall clock)")
     p.add_argument("--test-timeout", type=float, default=DEFAULT_TEST_TIMEOUT,
                    help="CPU seconds per test (default %(default)s)")
     p.add_argument("--jobs", type=int, default=1, help="submissions graded in parallel (default 1)")
