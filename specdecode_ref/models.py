@@ -115,14 +115,19 @@ def resolve_dtype(dtype, device: torch.device) -> torch.dtype:
     raise ValueError(f"Unknown dtype {dtype!r}; use one of {sorted(_DTYPES)} or a torch.dtype")
 
 
-def load_model(name: str | None = None, device=None, dtype=None):
+def load_model(name: str | None = None, device=None, dtype=None, backend: str | None = None):
     """Return ``(model, tokenizer)`` in eval mode.
 
     name: None or "smollm2-135m-instruct" for the embedded model; otherwise a Hugging Face id or a
     local directory (a hub id needs network access, which the course's offline machines lack).
     device: None picks CUDA when present. dtype: None picks bf16 on CPUs that support it; pass
     "fp32" where exact equality with plain decoding is tested.
+    backend: which kernel multiplies the weights (backend.py): "fast" (the batched matrix-vector
+    kernel, batch-invariant), "eager" (transformers as it ships) or "auto"/None (fast where it runs;
+    ``$SPECDECODE_BACKEND`` overrides). ``backend_of(model)`` tells which one a model got.
     """
+    from .backend import apply_backend, resolve_backend
+
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device = torch.device(device) if device is not None else default_device()
@@ -140,6 +145,7 @@ def load_model(name: str | None = None, device=None, dtype=None):
             hf_logging.enable_progress_bar()
     model.to(device).eval()
     model.requires_grad_(False)
+    apply_backend(model, resolve_backend(backend, device, dtype))
     return model, tokenizer
 
 

@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 import torch
 
+from specdecode_ref.backend import apply_backend
+
 from support import TREE_BUGS, chi2_pvalue, exact_joint, make_tiny_llama, plant, assert_law, twins
 from specdecode_ref import SamplingParams, autoregressive_generate, generate, kv, trees
 from specdecode_ref.proposers import Draft, Proposer
@@ -127,13 +129,18 @@ def tiny():
     return make_tiny_llama(vocab_size=64, sharpness=8.0)
 
 
-@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+@pytest.mark.parametrize("attn", ["sdpa", "eager", "fast"])
 @pytest.mark.parametrize("parents", TREES, ids=["one", "chain", "siblings", "bushy", "medusa"])
 def test_tree_forward_equals_path_forward(parents, attn):
     """Brute force: the tree forward's logits at every node equal those of the node's
-    root-to-node path run as a plain sequence (and the root's those of the prefix)."""
+    root-to-node path run as a plain sequence (and the root's those of the prefix). "fast" is the
+    fast backend's kernels (backend.py), attention included."""
     model = make_tiny_llama(vocab_size=64, sharpness=8.0, seed=1)
-    model.set_attn_implementation(attn)
+    if attn == "fast":
+        apply_backend(model, "fast")
+    else:
+        apply_backend(model, "eager")
+        model.set_attn_implementation(attn)
     parents = torch.tensor(parents)
     g = torch.Generator().manual_seed(len(parents))
     toks = torch.randint(0, 64, (len(parents),), generator=g)

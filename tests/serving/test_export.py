@@ -8,6 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from specdecode_ref.backend import apply_backend, backend_of
 from specdecode_ref.proposers.draft_model import load_draft_model
 from specdecode_ref.serving.export import export_draft_model, export_eagle_head
 
@@ -19,6 +20,7 @@ def test_exported_draft_model_gives_our_logits(embedded, tmp_path):
     out = export_draft_model(tmp_path / "draft", model)
     hf = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
     ours = load_draft_model(model)
+    apply_backend(hf, backend_of(ours))   # the same kernels, so the same function means the same bits
     assert hf.config.num_hidden_layers == ours.config.num_hidden_layers == 4
     assert hf.config.vocab_size == model.config.vocab_size
     assert AutoTokenizer.from_pretrained(out)("speculative decoding").input_ids == tok("speculative decoding").input_ids
