@@ -25,10 +25,10 @@ VLLM ?= 1
 # uv does not read pip's configuration: hand it pip's find-links (where a local CPU torch wheel lies).
 PIP_LINKS   = $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
 
-.PHONY: setup lab test vllm-switch test-units test-notebooks test-fast test-vllm bench vllm-env vllm-env-if-possible clean-model help
+.PHONY: setup lab test vllm-switch test-units test-notebooks test-fast test-vllm bench gpu-check vllm-env vllm-env-if-possible clean-model help
 
 help:
-	@echo "make lab | make test | make test-units | make test-notebooks | make test-fast | make bench | make vllm-env"
+	@echo "make lab | make test | make test-units | make test-notebooks | make test-fast | make bench | make gpu-check | make vllm-env"
 
 $(STAMP): requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +79,10 @@ test-fast: setup
 
 bench: setup
 	$(PY) -m specdecode_ref.measure.bench
+
+# On a machine with a CUDA GPU: the cost curve, the exactness matrix and every notebook (small) there.
+gpu-check: setup
+	$(PY) -m specdecode_ref.measure.gpu_check
 
 # vLLM pins its own transformers, so it gets its own environment (same torch==2.13.0 CPU build).
 # uv installs it in well under a minute where pip takes minutes (pip stays the fallback).

@@ -28,9 +28,13 @@ def tiny_model():
 
 @pytest.fixture(scope="session")
 def embedded():
+    """The embedded model in fp32 on the CPU (SPECDECODE_TEST_DEVICE=cuda puts it on a GPU:
+    ``python -m specdecode_ref.measure.gpu_check`` runs the exactness matrix that way)."""
+    import os
+
     from specdecode_ref import load_model
 
-    model, tokenizer = load_model(dtype="fp32", device="cpu")
+    model, tokenizer = load_model(dtype="fp32", device=os.environ.get("SPECDECODE_TEST_DEVICE", "cpu"))
     return model, tokenizer
 
 

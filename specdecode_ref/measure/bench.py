@@ -642,6 +642,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=["fp32", "bf16"], default=None,
                    help="model dtype (default: the model default, bf16 on CPUs with native bf16)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: CUDA when present)")
+    p.add_argument("--backend", choices=["auto", "fast", "eager"], default=None,
+                   help="the target's kernels (specdecode_ref.backend; default: auto, the fast backend where it runs)")
     p.add_argument("--k", type=int, default=None,
                    help="drafted tokens per step for every speculative method (default: each method's own: "
                         f"prompt lookup {DEFAULT_K}, proposers their load_proposer default, hf-assisted HF's "
@@ -687,7 +689,7 @@ def main(argv=None) -> int:
             workloads = load_workloads(args.categories, per_category=args.per_category)
     except (ValueError, NotImplementedError) as e:
         raise SystemExit(f"error: {e}") from None
-    model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
+    model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype, backend=args.backend)
     assistant = None
     if args.assistant_model is not None:
         assistant, _ = load_model(args.assistant_model, device=_device(model), dtype=model.dtype)
@@ -703,11 +705,13 @@ def main(argv=None) -> int:
         "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "warmup": args.warmup, "k": args.k,
         "model": args.model or "smollm2-135m-instruct", "assistant_model": args.assistant_model,
         "dtype": str(model.dtype).replace("torch.", ""), "device": str(_device(model)),
+        "backend": __import__("specdecode_ref.backend", fromlist=["backend_of"]).backend_of(model),
         "threads": torch.get_num_threads(), "torch": torch.__version__,
         "transformers": __import__("transformers").__version__, "python": platform.python_version(),
         "machine": platform.machine(), "cpus": os.cpu_count(), "time": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
-    print(f"target {config['model']} ({config['dtype']}, {config['device']}, {config['threads']} threads); "
+    print(f"target {config['model']} ({config['dtype']}, {config['device']}, {config['backend']} backend, "
+          f"{config['threads']} threads); "
           f"methods {', '.join(methods)}; {sum(map(len, workloads.values()))} prompts; "
           f"max_new_tokens {args.max_new_tokens}; repeats {args.repeats}", flush=True)
     if _device(model).type == "cpu" and (warning := busy_machine_warning()):

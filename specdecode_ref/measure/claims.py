@@ -236,8 +236,9 @@ def cpu_has_native_bf16() -> bool:
 
 
 def machine_line(model=None) -> str:
-    """One sentence naming what produced the timings below: CPU (or GPU), threads, dtype, and
-    whether bf16 is native, since every cost ratio in the course depends on it."""
+    """One sentence naming what produced the timings below: CPU (or GPU), threads, dtype, whether
+    bf16 is native and the model's backend (backend.py), since every cost ratio in the course
+    depends on them."""
     import torch
 
     device = dtype = None
@@ -250,5 +251,9 @@ def machine_line(model=None) -> str:
         native = "with native bf16" if cpu_has_native_bf16() else "without native bf16 (bf16 is emulated)"
         where = f"{cpu_name()}, {plural(torch.get_num_threads(), 'CPU thread')}, {native}"
     dt = f", model in {str(dtype).replace('torch.', '')}" if dtype is not None else ""
+    if model is not None:
+        from ..backend import backend_of
+
+        dt += f", {backend_of(model)} backend"
     return f"Timings on this machine: {where}{dt}."
 
