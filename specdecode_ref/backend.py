@@ -160,6 +160,21 @@ def fast_available() -> tuple[bool, str]:
 _KERNEL_DTYPES = (torch.float32, torch.bfloat16)
 
 
+def _profiled(name: str):
+    """Under ``torch.profiler`` the kernels appear as operators named ``specdecode::<name>`` (a
+    ctypes call is invisible to it otherwise); outside it, nothing is added to the call."""
+    def wrap(fn):
+        def call(*args, **kwargs):
+            if torch.autograd._profiler_enabled():
+                with torch.profiler.record_function(f"specdecode::{name}"):
+                    return fn(*args, **kwargs)
+            return fn(*args, **kwargs)
+        call.__doc__, call.__name__, call.__wrapped__ = fn.__doc__, fn.__name__, fn
+        return call
+    return wrap
+
+
+@_profiled("linear")
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear(x, weight, bias)`` [..., K] -> [..., N] on the kernel: fp32 activations and sums,
     fp32 or bf16 weights [N, K]; the result has ``x``'s dtype. Every output element is computed in
@@ -205,6 +220,7 @@ class FastLinear(torch.nn.Linear):
         return F.linear(x, w, self.bias)
 
 
+@_profiled("attention")
 def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None = None,
               scale: float | None = None) -> torch.Tensor:
     """Softmax attention on the kernel, one query at a time: query [B, H, Q, D], key and value

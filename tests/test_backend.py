@@ -206,6 +206,21 @@ def test_real_model_logits_do_not_depend_on_the_chain_length(fast_and_eager):
 
 
 @pytest.mark.embedded
+def test_bf16_logits_do_not_depend_on_the_chain_length_either():
+    """bf16 weights: the kernel widens them to fp32 and rounds each output once, so invariance holds
+    there too, and greedy speculative output equals plain decoding in bf16 by construction."""
+    from specdecode_ref import load_model
+
+    model, tok = load_model(dtype="bf16", device="cpu", backend="fast")
+    ids = _ids(tok)
+    p = ids.numel() - 9
+    full = _logits_after(model, ids, p, ids[p:])
+    assert full.dtype == torch.bfloat16
+    for n in range(1, 10):
+        assert torch.equal(_logits_after(model, ids, p, ids[p:p + n]), full[:n]), n
+
+
+@pytest.mark.embedded
 def test_real_model_tree_node_equals_its_path_bitwise(fast_and_eager):
     fast, _, tok = fast_and_eager
     ids = _ids(tok)

@@ -176,7 +176,23 @@ def load_proposer(name: str, target=None, k: int | None = None, **kwargs) -> Pro
     proposer = builder(target, default_k if k is None else k, **kwargs)
     if target is not None:
         proposer.check_compatible(target)
+        _follow_target_backend(proposer, target)
     return proposer
+
+
+def _follow_target_backend(proposer: Proposer, target) -> None:
+    """Run a drafter's own networks (a draft model, Medusa/EAGLE heads) on the target's backend
+    (backend.py), so that choosing the backend in ``load_model`` chooses it for the whole step."""
+    import torch
+
+    from ..backend import apply_backend, backend_of
+
+    kind = backend_of(target)
+    if kind not in ("fast", "eager"):
+        return
+    for value in vars(proposer).values():
+        if isinstance(value, torch.nn.Module) and value is not target and backend_of(value) != kind:
+            apply_backend(value, kind)
 
 
 __all__ = ["Proposer", "Draft", "DecodeState", "StepOutcome", "DRAFT_SAMPLING", "resolve_draft_sampling",

@@ -18,11 +18,13 @@ import sys
 
 
 def compare_one_at_a_time(model, tokenizer, workloads: dict, methods=("plain", "ngram"), max_new_tokens: int = 64,
-                          vllm_k: int = 4, vllm_dir=None, dtype: str = "bf16", progress: bool = True):
+                          vllm_k: int = 4, vllm_dir=None, dtype: str = "bf16", progress: bool = True,
+                          eager_model=None):
     """Rates of our methods (``measure.bench`` names) and of vLLM plain and n-gram (k = vllm_k) on
     the prompts of ``workloads`` (``load_workloads``). Returns a pandas DataFrame: engine, method,
     tokens, seconds, tok_per_s, vs_our_plain, vs_vllm_plain (NaN without vLLM), and the reason
-    vLLM did not run in ``df.attrs["vllm"]`` (its version when it did)."""
+    vLLM did not run in ``df.attrs["vllm"]`` (its version when it did). ``eager_model``: the same
+    model on the eager backend (backend.py); its plain decoding is added as engine "ours (eager)"."""
     import pandas as pd
 
     from ..measure import bench
@@ -36,6 +38,10 @@ def compare_one_at_a_time(model, tokenizer, workloads: dict, methods=("plain", "
     rows = []
     for m, g in df.groupby("method", sort=False):
         rows.append({"engine": "ours", "method": m, "tokens": int(g.tokens.sum()), "seconds": float(g.seconds.sum())})
+    if eager_model is not None:
+        g = bench.run_benchmark(eager_model, tokenizer, ["plain"], workloads, max_new_tokens, progress=progress)
+        rows.append({"engine": "ours (eager)", "method": "plain", "tokens": int(g.tokens.sum()),
+                     "seconds": float(g.seconds.sum())})
     ok, why = vllm_runner.vllm_available()
     if ok:
         prompts = [chat_ids(tokenizer, item["messages"]) for items in workloads.values() for item in items]
@@ -64,6 +70,8 @@ def main(argv=None) -> int:
     ap.add_argument("--vllm-k", type=int, default=4)
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--with-eager", action="store_true",
+                    help="also time our plain decoding on the eager backend (the default is the fast one where it runs)")
     args = ap.parse_args(argv)
     from ..measure.timing import start_timed_cli
     from ..measure.workloads import load_workloads
@@ -71,9 +79,10 @@ def main(argv=None) -> int:
 
     start_timed_cli(args.threads)
     model, tok = load_model(dtype=args.dtype)
+    eager = load_model(dtype=args.dtype, backend="eager")[0] if args.with_eager else None
     table = compare_one_at_a_time(model, tok, load_workloads(per_category=args.per_category),
                                   [m.strip() for m in args.methods.split(",")], args.max_new_tokens, args.vllm_k,
-                                  dtype=args.dtype)
+                                  dtype=args.dtype, eager_model=eager)
     print(table.round(3).to_string(index=False))
     print(f"vLLM: {table.attrs['vllm']}")
     return 0
