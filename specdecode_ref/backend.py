@@ -41,6 +41,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from .cache import cache_dir
+
 BACKENDS = ("auto", "fast", "eager")
 ENV_VAR = "SPECDECODE_BACKEND"
 _SOURCES = [Path(__file__).with_name("kernels") / name for name in ("linear.c", "attention.c")]
@@ -100,8 +102,6 @@ def _build(cc: str, out: Path) -> None:
 
 def kernel_path() -> Path:
     """Where this machine's compiled kernel lives: keyed by the source, compiler and CPU features."""
-    from .models import cache_dir
-
     cc = _compiler() or "none"
     key = hashlib.sha256()
     for part in (*(src.read_bytes() for src in _SOURCES), cc.encode(), _cpu_fingerprint().encode(), platform.machine().encode(),

