@@ -24,15 +24,6 @@ import torch.nn.functional as F
 from .. import backend as _backend
 
 
-def _median_ms(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
-
-
 @torch.inference_mode()
 def product_times(weight: torch.Tensor, rows=(1, 2, 4, 8, 16), repeats: int = 9, seed: int = 0):
     """ms for ``weight`` [N, K] times M activation rows, eager ``F.linear`` and the fast kernel,
@@ -62,7 +53,7 @@ def product_times(weight: torch.Tensor, rows=(1, 2, 4, 8, 16), repeats: int = 9,
     for m in rows:
         x = x_all[:m].contiguous()
         row = {}
-        for name, fn in (("eager", eager), ("fast", fast)):
+        for name in ("eager", "fast"):
             ms = statistics.median(samples[m][name]) * 1e3
             row[f"{name} ms"] = ms
             row[f"{name} GB/s"] = gb / (ms / 1e3)
@@ -76,9 +67,10 @@ def memory_floor(model, repeats: int = 5) -> dict:
     """``{"bandwidth_gbs", "weight_bytes", "floor_ms"}``: streaming bandwidth from summing a 256 MB
     buffer (a read-only sweep, as a decode step's weight traffic is), and the time to read every
     distinct parameter of ``model`` once at that rate."""
+    from .timing import median_time
+
     buf = torch.ones(64 * 2**20)
-    buf.sum()
-    bandwidth = buf.numel() * 4 / (_median_ms(lambda: buf.sum(), repeats) / 1e3)
+    bandwidth = buf.numel() * 4 / median_time(lambda: buf.sum(), repeats=repeats)
     del buf
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     return {"bandwidth_gbs": bandwidth / 1e9, "weight_bytes": weight_bytes,
