@@ -16,15 +16,28 @@ same draft for a chain drafter (n-gram, draft model, EAGLE's chain), so the same
 every smaller K exactly in expectation; a larger K needs an extrapolation, done here with the
 i.i.d. estimate of the acceptance rate (``analysis.estimate_alpha``) and flagged in the table.
 
+Not every drafter drafts K tokens on every step. Prompt lookup drafts only when the context holds a
+match, and then only as many tokens as follow the match; suffix decoding stops where its tree's
+probability runs out. Two more numbers describe that: the **drafting share** f (drafting steps over
+all decode steps) and the **draft lengths** L of the drafting steps (asked for K, a step drafts
+min(L, K)). SpecStats and the course's stored tables keep both; vLLM's four counters keep neither
+(pass ``num_steps``, e.g. generated tokens minus accepted ones, when you have it; without it every
+step is taken to draft, and without lengths every draft is taken to be the mean length).
+
 The cost side is a step time T(B, n): one target forward over B requests scoring n tokens each
 (``measure.batch_bench.measure_cost_surface`` on this machine, ``policies.roofline_cost`` as a
-shape, or ``measure.bench.measure_cost_curve`` at B = 1), plus the drafter's time per drafted token.
-Then, per batch size B and draft length K,
+shape, or ``measure.bench.measure_cost_curve`` at B = 1), plus the drafter's time per drafted token
+d(B), plus the engine's own time per step outside the forward and the drafter: o(B) on a
+speculative step, o_0(B) on a plain one (sampling, cache bookkeeping, Python; the routing tables
+measure both). Per batch size B and draft length K, with m_K = min(L, K),
 
-    speedup(B, K) = E[tokens per step | K] * T(B, 1) / (T(B, K + 1) + K d(B) + o(B))
+    tokens(K)  = 1 + f (s_0 + ... + s_{K-1})
+    cost(K)    = f E[T(B, m_K + 1)] + (1 - f) T(B, 1) + f E[m_K] d(B) + o(B)
+    speedup(B, K) = tokens(K) (T(B, 1) + o_0(B)) / cost(K)
 
-with d(B) the time to draft one token for the batch and o(B) any other per-step overhead. The
-best K maximises it (0: do not speculate); break-even is where it equals 1.
+The best K maximises it (0: do not speculate); break-even is where it equals 1. A drafter that
+always drafts K (draft model, EAGLE's chain, Hydra's chain) has f = 1 and m_K = K, and the formula
+is notebook 02's.
 
     from specdecode_ref.serving import advisor
     profile = advisor.AcceptanceProfile.from_prometheus(open("metrics.txt").read())
@@ -47,7 +60,8 @@ from ..metrics import SpecStats
 from .metrics import ACCEPTED_PER_POS, ACCEPTED_TOKENS, DRAFT_TOKENS, DRAFTS
 from .policies import roofline_cost, surface_cost
 
-__all__ = ["AcceptanceProfile", "Advice", "advise", "as_step_cost", "roofline_cost"]
+__all__ = ["AcceptanceProfile", "Advice", "RunCosts", "advise", "as_step_cost", "predicted_vs_measured", "roofline_cost",
+           "run_costs", "step_cost"]
 
 
 def _count(value, name: str) -> float:
@@ -63,12 +77,17 @@ class AcceptanceProfile:
 
     num_drafts, num_draft_tokens, num_accepted_tokens: totals (or differences of two scrapes).
     accepted_per_pos: [K] drafts whose first i+1 tokens were all accepted, i = 0..K-1.
+    num_steps: every decode step, drafting or not (None: every step drafted, as vLLM's counters
+        alone must assume). draft_length_counts: [K] drafting steps that drafted 1, 2, ..., K tokens
+        (None: unknown; every draft is then taken to be of the mean length).
     """
 
     num_drafts: float
     num_draft_tokens: float
     num_accepted_tokens: float
     accepted_per_pos: tuple
+    num_steps: float | None = None
+    draft_length_counts: tuple | None = None
 
     def __post_init__(self):
         for name in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
@@ -90,12 +109,31 @@ class AcceptanceProfile:
                              f"{self.num_accepted_tokens}: the counters come from different scrapes")
         if self.num_accepted_tokens > self.num_draft_tokens + 1e-9:
             raise ValueError("more tokens accepted than drafted")
+        if self.num_steps is not None:
+            object.__setattr__(self, "num_steps", _count(self.num_steps, "num_steps"))
+            if self.num_steps < self.num_drafts - 1e-9:
+                raise ValueError(f"num_steps = {self.num_steps} is below num_drafts = {self.num_drafts}: every "
+                                 "drafting step is a step")
+        if self.draft_length_counts is not None:
+            lengths = tuple(_count(x, "draft_length_counts") for x in self.draft_length_counts)
+            object.__setattr__(self, "draft_length_counts", lengths)
+            if abs(sum(lengths) - self.num_drafts) > 1e-6 * max(1.0, self.num_drafts):
+                raise ValueError(f"draft_length_counts sums to {sum(lengths)} drafts, not num_drafts = {self.num_drafts}")
+            drafted = sum((i + 1) * n for i, n in enumerate(lengths))
+            if abs(drafted - self.num_draft_tokens) > 1e-6 * max(1.0, self.num_draft_tokens):
+                raise ValueError(f"draft_length_counts make {drafted} drafted tokens, not num_draft_tokens = "
+                                 f"{self.num_draft_tokens}")
+            if len(lengths) < len(pos):
+                raise ValueError(f"accepted_per_pos reaches position {len(pos)} but no draft is longer than "
+                                 f"{len(lengths)} tokens")
 
     # -- constructors ------------------------------------------------------------------------
     @classmethod
     def from_counters(cls, counters: dict) -> "AcceptanceProfile":
         """From a dict under vLLM's names, with or without the ``vllm:`` prefix and ``_total`` suffix
-        (``vllm_runner`` results, ``serving.metrics.vllm_counters``, a parsed scrape)."""
+        (``vllm_runner`` results, ``serving.metrics.vllm_counters``, a parsed scrape). The course's
+        own keys ``steps`` and ``draft_length_counts`` (``measure.routing`` tables) are read when
+        present."""
         found = {}
         for key, value in counters.items():
             name = str(key).removeprefix("vllm:").removesuffix("_total")
@@ -108,8 +146,10 @@ class AcceptanceProfile:
             raise KeyError(f"counters lack {missing}; got {sorted(counters)}")
         per_pos = found["spec_decode_num_accepted_tokens_per_pos"]
         per_pos = tuple(per_pos.values() if isinstance(per_pos, dict) else per_pos)
+        lengths = found.get("draft_length_counts")
         return cls(found["spec_decode_num_drafts"], found["spec_decode_num_draft_tokens"],
-                   found["spec_decode_num_accepted_tokens"], per_pos)
+                   found["spec_decode_num_accepted_tokens"], per_pos, num_steps=found.get("steps"),
+                   draft_length_counts=None if lengths is None else tuple(lengths))
 
     @classmethod
     def from_prometheus(cls, text: str) -> "AcceptanceProfile":
@@ -137,15 +177,24 @@ class AcceptanceProfile:
     @classmethod
     def from_stats(cls, stats: SpecStats) -> "AcceptanceProfile":
         """From the course's SpecStats (one request, or pooled with ``metrics.merge_stats``)."""
-        return cls(stats.drafting_steps, stats.drafted, stats.accepted, tuple(stats.accepted_per_position))
+        lengths = [int(n) for n in stats.draft_lengths if n > 0]
+        return cls(stats.drafting_steps, stats.drafted, stats.accepted, tuple(stats.accepted_per_position),
+                   num_steps=stats.steps,
+                   draft_length_counts=tuple(lengths.count(n) for n in range(1, max(lengths, default=0) + 1)))
 
     def difference(self, earlier: "AcceptanceProfile") -> "AcceptanceProfile":
         """The counters accumulated between two scrapes (``self`` the later one): a window of traffic."""
         n = max(len(self.accepted_per_pos), len(earlier.accepted_per_pos))
-        pad = lambda xs: list(xs) + [0.0] * (n - len(xs))  # noqa: E731
+        pad = lambda xs, n=n: list(xs) + [0.0] * (n - len(xs))  # noqa: E731
+        steps = None if self.num_steps is None or earlier.num_steps is None else self.num_steps - earlier.num_steps
+        lengths = None
+        if self.draft_length_counts is not None and earlier.draft_length_counts is not None:
+            m = max(len(self.draft_length_counts), len(earlier.draft_length_counts))
+            lengths = tuple(a - b for a, b in zip(pad(self.draft_length_counts, m), pad(earlier.draft_length_counts, m)))
         return AcceptanceProfile(self.num_drafts - earlier.num_drafts, self.num_draft_tokens - earlier.num_draft_tokens,
                                  self.num_accepted_tokens - earlier.num_accepted_tokens,
-                                 tuple(a - b for a, b in zip(pad(self.accepted_per_pos), pad(earlier.accepted_per_pos))))
+                                 tuple(a - b for a, b in zip(pad(self.accepted_per_pos), pad(earlier.accepted_per_pos))),
+                                 num_steps=steps, draft_length_counts=lengths)
 
     # -- what the counters say -----------------------------------------------------------------
     @property
@@ -157,6 +206,23 @@ class AcceptanceProfile:
     def mean_draft_length(self) -> float:
         """Tokens per draft; below ``k`` when the drafter sometimes proposes fewer (n-gram, suffix)."""
         return self.num_draft_tokens / self.num_drafts
+
+    @property
+    def drafting_share(self) -> float:
+        """f: the share of decode steps that drafted (1 when the counters do not say)."""
+        return 1.0 if self.num_steps is None or self.num_steps == 0 else self.num_drafts / self.num_steps
+
+    def draft_lengths(self, k: int) -> tuple:
+        """(lengths, weights): what a drafting step drafts when asked for ``k`` tokens, min(L, k),
+        with its probability. Drafts that reached the measured maximum are taken to go on to ``k``
+        (a chain drafter asked for more drafts more); shorter ones stop where they stopped. Without
+        ``draft_length_counts`` every draft has the mean length."""
+        if self.draft_length_counts is None or sum(self.draft_length_counts) == 0:
+            return (np.array([min(float(k), self.mean_draft_length)]), np.array([1.0]))
+        counts = np.asarray(self.draft_length_counts, dtype=float)
+        lengths = np.arange(1, len(counts) + 1, dtype=float)
+        lengths[-1] = max(lengths[-1], k)  # full-length drafts extend to a larger k
+        return np.minimum(lengths, k), counts / counts.sum()
 
     @property
     def mean_acceptance_length(self) -> float:
@@ -192,8 +258,10 @@ class AcceptanceProfile:
         return self.num_accepted_tokens / tested if tested > 0 else 1.0
 
     def tokens_per_step(self, k: int) -> float:
-        """Expected tokens a drafting step emits when it drafts ``k`` tokens: 1 + s_0 + ... + s_{k-1};
-        past the measured positions the survival keeps falling by ``alpha`` per position."""
+        """Expected tokens a *drafting* step emits when asked for ``k`` tokens: 1 + s_0 + ... + s_{k-1};
+        past the measured positions the survival keeps falling by ``alpha`` per position. A step
+        that drafts fewer than ``k`` contributes nothing past its length (its s_i counts it as not
+        kept), so the survivals already carry short drafts."""
         if not isinstance(k, (int, np.integer)) or k < 0:
             raise ValueError(f"k must be an int >= 0, got {k!r}")
         s = self.survival
@@ -201,6 +269,11 @@ class AcceptanceProfile:
             return float(1.0 + s[:k].sum())
         extra = s[-1] * np.cumprod(np.full(k - len(s), self.alpha))
         return float(1.0 + s.sum() + extra.sum())
+
+    def tokens_per_decode_step(self, k: int) -> float:
+        """Expected tokens *any* decode step emits when asked for ``k``: 1 + f (s_0 + ... + s_{k-1}),
+        a step that does not draft emitting the target's one token."""
+        return 1.0 + self.drafting_share * (self.tokens_per_step(k) - 1.0)
 
 
 def as_step_cost(cost) -> Callable[[int, float], float]:
@@ -266,15 +339,30 @@ class Advice:
         return float(row.speedup.iloc[0])
 
 
+def step_cost(profile: AcceptanceProfile, k: int, step: Callable[[int, float], float], b: int = 1,
+              draft_cost: float = 0.0, overhead: float = 0.0) -> float:
+    """One decode step's expected time when the drafter is asked for ``k`` tokens:
+    f E[T(B, min(L, k) + 1)] + (1 - f) T(B, 1) + f E[min(L, k)] d + o (the module docstring's
+    cost(K); ``step`` is T(B, n), ``draft_cost`` d per drafted token, ``overhead`` o per step)."""
+    f = profile.drafting_share
+    lengths, weights = profile.draft_lengths(k)
+    forward = f * float(sum(w * step(b, m + 1) for m, w in zip(lengths, weights))) + (1.0 - f) * float(step(b, 1))
+    return forward + f * float(np.dot(lengths, weights)) * draft_cost + overhead
+
+
 def advise(profile: AcceptanceProfile, cost=None, draft_cost: float | Callable[[int], float] = 0.0,
            ks: Sequence[int] = range(1, 9), batch_sizes: Sequence[int] = (1,),
-           overhead: float | Callable[[int], float] = 0.0) -> Advice:
-    """Predicted speedup of speculation at every K in ``ks`` and batch size in ``batch_sizes``.
+           overhead: float | Callable[[int], float] = 0.0,
+           plain_overhead: float | Callable[[int], float] | None = None) -> Advice:
+    """Predicted speedup of speculation at every K in ``ks`` and batch size in ``batch_sizes``
+    (the module docstring's formula: drafting share, draft lengths and both overheads included).
 
     profile: the acceptance counters. cost: T(B, n) (see :func:`as_step_cost`; None = a roofline
     with its knee at 16 tokens). draft_cost: time to draft one token for the whole batch of B, in
-    the unit of T (a number or a function of B; 0 for n-gram and suffix lookups). overhead: time a
-    speculative step pays beyond the forward and the drafting (verification, rollback), same unit.
+    the unit of T (a number or a function of B; 0 for n-gram and suffix lookups). overhead: the
+    engine's time per speculative step outside the forward and the drafter, o(B); plain_overhead:
+    the same for a plain step, o_0(B) (None: equal to ``overhead``, so an overhead both kinds of
+    step pay alike counts on both sides).
     """
     import pandas as pd
 
@@ -293,12 +381,15 @@ def advise(profile: AcceptanceProfile, cost=None, draft_cost: float | Callable[[
         if not t1 > 0:
             raise ValueError(f"T({b}, 1) must be > 0, got {t1}")
         d, o = _per_batch(draft_cost, b), _per_batch(overhead, b)
+        o0 = o if plain_overhead is None else _per_batch(plain_overhead, b)
+        plain_step = t1 + o0
         top = (1.0, 0)
         for k in ks:
-            spend = (float(step(b, k + 1)) + k * d + o) / t1
-            tokens = profile.tokens_per_step(k)
+            spend = step_cost(profile, k, step, b, d, o) / plain_step
+            tokens = profile.tokens_per_decode_step(k)
             speedup = tokens / spend
-            be = break_even_alpha(k, d / t1, lambda kk, b=b, o=o: (float(step(b, kk + 1)) + o) / t1)
+            # break-even of an i.i.d. chain drafter that drafts k tokens on every step
+            be = break_even_alpha(k, d / plain_step, lambda kk, b=b, o=o: (float(step(b, kk + 1)) + o) / plain_step)
             rows.append({"B": b, "K": k, "tokens_per_step": tokens, "cost": spend, "speedup": speedup,
                          "break_even_alpha": be, "extrapolated": k > profile.k})
             if speedup > top[0] + 1e-12:  # ties keep the smaller K; K = 0 (plain) unless something beats it
@@ -307,45 +398,75 @@ def advise(profile: AcceptanceProfile, cost=None, draft_cost: float | Callable[[
     return Advice(profile, pd.DataFrame(rows), pd.DataFrame(best))
 
 
+@dataclass(frozen=True)
+class RunCosts:
+    """What a timed run says about a method's costs, in seconds per decode step (prefill left out):
+    the target's one-token forward in that run (``t1``, from plain decoding's run), the drafter's time
+    per drafted token (``draft``), and the engine's own time per step outside the target and the
+    drafter, on the method's steps (``overhead``) and on plain decoding's (``plain_overhead``)."""
+
+    profile: AcceptanceProfile
+    t1: float
+    draft: float
+    overhead: float
+    plain_overhead: float
+
+
+def run_costs(counters: dict, name: str, reference: str = "plain") -> RunCosts:
+    """:class:`RunCosts` of method ``name`` from a run's pooled counters (``measure.routing``
+    tables: vLLM's four counters plus steps, emitted, draft_length_counts, draft_time_s,
+    target_time_s, prefill_time_s and wall_time_s)."""
+    for m in (name, reference):
+        if m not in counters:
+            raise KeyError(f"no counters for {m!r}; have {sorted(k for k in counters if not k.startswith('_'))}")
+    c, base = counters[name], counters[reference]
+
+    def overhead(x):  # clipped at 0: a method with no time outside the forward and drafter rounds to -1e-19
+        return max(0.0, (x["wall_time_s"] - x["target_time_s"] - x["draft_time_s"]) / x["steps"])
+
+    t1 = (base["target_time_s"] - base["prefill_time_s"]) / base["steps"]
+    return RunCosts(AcceptanceProfile.from_counters(c), t1,
+                    c["draft_time_s"] / max(c["spec_decode_num_draft_tokens"], 1), overhead(c), overhead(base))
+
+
+def run_cost_curve(cost_curve: dict, t1: float) -> Callable[[int, float], float]:
+    """The cost curve's shape at the level of a run: T(n) * t1 / T(1). A standalone curve is timed at
+    one context length; the run's own plain steps say what a one-token forward cost on its prompts."""
+    step = as_step_cost(cost_curve)
+    scale = t1 / step(1, 1)
+    return lambda b, n: scale * step(b, n)
+
+
 def predicted_vs_measured(counters: dict, cost_curve: dict, reference: str = "plain"):
     """The advisor's prediction for runs whose outcome is known: one row per method of
-    ``counters`` (``measure.routing`` tables keep them: vLLM's four counters plus steps, emitted,
-    draft_time_s, target_time_s, prefill_time_s and wall_time_s, pooled over prompts).
+    ``counters`` (pooled over prompts, as ``measure.routing`` tables keep them), each predicted by
+    :func:`advise` at the K it ran with, from its own counters and costs (:func:`run_costs`) and the
+    cost curve's shape (:func:`run_cost_curve`). Decode phase only (prefill left out).
 
-    Decode phase only (prefill left out). Predicted: the counters' tokens per step over a step's
-    cost, T(k̄ + 1) on drafting steps and T(1) on the others (``cost_curve``, the single-request
-    curve), plus the drafter's measured time per step; "with overheads" adds the engine's measured
-    time per step outside the target and the drafter (to both sides). Measured: decode tokens per
+    predicted: the forward and the drafter only; predicted_with_overheads: the engine's measured
+    time per step outside them added to both sides (its own to each); measured: decode tokens per
     second over the reference's. The gap between the two predictions is what a forward-time model
     leaves out.
     """
     import pandas as pd
 
-    step = as_step_cost(cost_curve)
-    t1 = step(1, 1)
-    base = counters[reference]
-
-    def decode_s(c):
-        return c["wall_time_s"] - c["prefill_time_s"]
-
-    def overhead(c):
-        return (c["wall_time_s"] - c["target_time_s"] - c["draft_time_s"]) / c["steps"]
-
-    plain_rate = base["emitted"] / decode_s(base)
-    plain_cost = t1 + overhead(base)
     rows = []
     for name, c in counters.items():
-        if name == reference or not c.get("spec_decode_num_drafts"):
+        if name == reference or name.startswith("_") or not c.get("spec_decode_num_drafts"):
             continue
-        f = c["spec_decode_num_drafts"] / c["steps"]
-        k_mean = c["spec_decode_num_draft_tokens"] / c["spec_decode_num_drafts"]
-        tokens = c["emitted"] / c["steps"]
-        forward = f * step(1, k_mean + 1) + (1 - f) * t1
-        draft = c["draft_time_s"] / c["steps"]
-        rows.append({"method": name, "k_mean": k_mean, "drafting_share": f, "tau": tokens,
-                     "predicted": tokens / ((forward + draft) / t1),
-                     "predicted_with_overheads": tokens / ((forward + draft + overhead(c)) / plain_cost),
-                     "measured": (c["emitted"] / decode_s(c)) / plain_rate})
+        rc = run_costs(counters, name, reference)
+        step = run_cost_curve(cost_curve, rc.t1)
+        k = max(rc.profile.k, len(rc.profile.draft_length_counts or ()))
+        bare = advise(rc.profile, cost=step, draft_cost=rc.draft, ks=[k])
+        full = advise(rc.profile, cost=step, draft_cost=rc.draft, ks=[k], overhead=rc.overhead,
+                      plain_overhead=rc.plain_overhead)
+        base = counters[reference]
+        measured = (c["emitted"] / (c["wall_time_s"] - c["prefill_time_s"])) / \
+            (base["emitted"] / (base["wall_time_s"] - base["prefill_time_s"]))
+        rows.append({"method": name, "k": k, "k_mean": rc.profile.mean_draft_length,
+                     "drafting_share": rc.profile.drafting_share, "tau": c["emitted"] / c["steps"],
+                     "predicted": bare.speedup(1, k), "predicted_with_overheads": full.speedup(1, k),
+                     "measured": measured})
     out = pd.DataFrame(rows)
     out["measured_over_predicted"] = out.measured / out.predicted_with_overheads
     return out
@@ -379,29 +500,33 @@ def machine_cost_curve(model, max_n: int = 10, refresh: bool = False) -> dict:
 
 def fitted_k(name: str, model, ks: Sequence[int] = range(1, 9), counters: dict | None = None) -> tuple:
     """The draft length the advisor predicts fastest for drafter ``name`` on this machine: its
-    stored acceptance counters (``measure.routing``'s benchmark table, unless ``counters``), its
-    drafting cost per token relative to a plain step in that run, and this machine's cost curve
-    (:func:`machine_cost_curve`). Returns (k, advice); k = 0 when no K beats plain decoding.
-    :func:`load_fitted` builds the drafter with it.
+    stored counters (``measure.routing``'s benchmark table, unless ``counters``) give the acceptance,
+    the drafting share and draft lengths, and the drafter's and the engine's time per step relative
+    to a plain step in that run (:func:`run_costs`); this machine's cost curve
+    (:func:`machine_cost_curve`) gives the forward. Returns (k, advice); k = 0 when no K beats plain
+    decoding. :func:`load_fitted` builds the drafter with it.
     Chains only: a tree's node budget is not a prefix of a larger one (see the module docstring)."""
     if counters is None:
         from ..measure.routing import load_table
 
-        meta = load_table("benchmark")["meta"]
-        counters, t1_run = meta["counters"], meta["cost_curve"]["times_s"][0]
-    else:
-        t1_run = counters["_t1_s"]
+        counters = load_table("benchmark")["meta"]["counters"]
     if name not in counters or name == "plain":
         raise ValueError(f"no stored acceptance counters for {name!r}; k='auto' knows "
                          f"{sorted(k for k in counters if not k.startswith('_') and k != 'plain')}")
-    c = counters[name]
     if name in ("medusa", "hydra", "eagle-tree"):
         raise ValueError(f"{name!r} drafts a tree: k='auto' chooses a chain's K (a smaller tree is not a prefix "
                          "of a larger one); pass its node budget as k")
-    profile = AcceptanceProfile.from_counters(c)
-    c_rel = c["draft_time_s"] / max(c["spec_decode_num_draft_tokens"], 1) / t1_run
+    if "plain" in counters:
+        rc = run_costs(counters, name)
+        profile, rel = rc.profile, (rc.draft / rc.t1, rc.overhead / rc.t1, rc.plain_overhead / rc.t1)
+    else:  # bare acceptance counters with the run's one-token forward time
+        c, t1_run = counters[name], counters["_t1_s"]
+        profile = AcceptanceProfile.from_counters(c)
+        rel = (c["draft_time_s"] / max(c["spec_decode_num_draft_tokens"], 1) / t1_run, 0.0, 0.0)
     curve = machine_cost_curve(model, max_n=max(ks) + 1)
-    advice = advise(profile, cost=curve, draft_cost=c_rel * curve["times_s"][0], ks=ks)
+    t1_here = curve["times_s"][0]
+    advice = advise(profile, cost=curve, draft_cost=rel[0] * t1_here, ks=ks, overhead=rel[1] * t1_here,
+                    plain_overhead=rel[2] * t1_here)
     return advice.best_k(1), advice
 
 

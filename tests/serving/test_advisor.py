@@ -67,7 +67,10 @@ def test_counters_read_alike_from_every_source(real_stats):
     a = AcceptanceProfile.from_stats(real_stats)
     b = AcceptanceProfile.from_counters(vllm_counters(real_stats))
     c = AcceptanceProfile.from_prometheus(prometheus_text(real_stats))
-    assert a == b == c
+    assert b == c  # vLLM's four counters, however they are read
+    # SpecStats also knows every step and the drafts' lengths, which vLLM's counters do not carry
+    assert a.num_steps == real_stats.steps and sum(a.draft_length_counts) == real_stats.drafting_steps
+    assert AcceptanceProfile(a.num_drafts, a.num_draft_tokens, a.num_accepted_tokens, a.accepted_per_pos) == b
     assert a.mean_acceptance_length == pytest.approx(real_stats.vllm_mean_acceptance_length)
     assert a.tokens_per_step(a.k) == pytest.approx(a.mean_acceptance_length)
     assert a.acceptance_rate == pytest.approx(real_stats.acceptance_rate)
@@ -167,6 +170,8 @@ def test_prediction_matches_a_run_whose_forwards_follow_the_curve():
     plain = {"steps": 100, "emitted": 100, "prefill_time_s": 0.1, "target_time_s": 0.1 + 100 * T(1),
              "draft_time_s": 0.0, "wall_time_s": 0.1 + 100 * T(1), "spec_decode_num_drafts": 0}
     spec = {"steps": 50, "emitted": 120, "spec_decode_num_drafts": 50, "spec_decode_num_draft_tokens": 150,
+            "spec_decode_num_accepted_tokens": 70, "spec_decode_num_accepted_tokens_per_pos": [40, 20, 10],
+            "draft_length_counts": [0, 0, 50],
             "prefill_time_s": 0.1, "target_time_s": 0.1 + 50 * T(4), "draft_time_s": 50 * 0.002}
     spec["wall_time_s"] = spec["target_time_s"] + spec["draft_time_s"]
     row = advisor.predicted_vs_measured({"plain": plain, "spec": spec}, curve).iloc[0]
@@ -198,3 +203,65 @@ def test_fitted_k_reads_this_machines_curve_once(tiny_model, tmp_path, monkeypat
         advisor.fitted_k("eagle", tiny_model, counters=counters)
     with pytest.raises(ValueError, match="load_fitted"):
         load_proposer("ngram", tiny_model, k="auto")
+
+
+def skipping_run(seed: int = 0, steps: int = 4000):
+    """An n-gram-like run: 40 % of steps draft nothing, the others 1..5 tokens, each kept with
+    probability 0.6 until the first rejection; every forward takes exactly T(n) of ``curve``, each
+    drafted token 0.5 ms, each step 2 ms of engine time (1 ms on plain decoding's steps)."""
+    rng = np.random.default_rng(seed)
+    T = lambda n: 0.02 * (1 + 0.15 * (n - 1))  # noqa: E731
+    stats, target = SpecStats(), 0.0
+    for _ in range(steps):
+        m = 0 if rng.random() < 0.4 else int(rng.choice([1, 2, 3, 4, 5], p=[0.3, 0.3, 0.1, 0.1, 0.2]))
+        kept = 0
+        while kept < m and rng.random() < 0.6:
+            kept += 1
+        stats.record_step(m, kept, kept + 1)
+        target += T(m + 1)
+    spec = {**{k.removeprefix("vllm:"): v for k, v in vllm_counters(stats).items()},
+            "steps": stats.steps, "emitted": stats.emitted,
+            "draft_length_counts": list(AcceptanceProfile.from_stats(stats).draft_length_counts),
+            "prefill_time_s": 0.1, "target_time_s": 0.1 + target, "draft_time_s": 0.0005 * stats.drafted}
+    spec["wall_time_s"] = spec["target_time_s"] + spec["draft_time_s"] + 0.002 * stats.steps
+    plain = {"steps": 1000, "emitted": 1000, "prefill_time_s": 0.1, "target_time_s": 0.1 + 1000 * T(1),
+             "draft_time_s": 0.0, "spec_decode_num_drafts": 0}
+    plain["wall_time_s"] = plain["target_time_s"] + 0.001 * 1000
+    curve = {"ns": list(range(1, 10)), "times_s": [T(n) for n in range(1, 10)]}
+    return {"plain": plain, "ngram": spec}, curve, stats
+
+
+@pytest.mark.parametrize("bug", [None, "every step drafts K"])
+def test_a_drafter_that_skips_steps_and_drafts_short_is_predicted_exactly(bug, monkeypatch):
+    """Steps without a draft cost T(1) and emit 1 token; a short draft costs T(its length + 1): with
+    the drafting share and the draft lengths the prediction equals the measured decode speedup. The
+    planted bug (charge T(K+1) and take tokens per drafting step on every step, the formula of a
+    drafter that always drafts K) must miss it."""
+    counters, curve, stats = skipping_run()
+    profile = AcceptanceProfile.from_stats(stats)
+    assert 0.55 < profile.drafting_share < 0.65 and profile.mean_draft_length < 5
+    if bug:
+        monkeypatch.setattr(AcceptanceProfile, "drafting_share", property(lambda self: 1.0))
+        monkeypatch.setattr(AcceptanceProfile, "draft_lengths",
+                            lambda self, k: (np.array([float(k)]), np.array([1.0])))
+    row = advisor.predicted_vs_measured(counters, curve).iloc[0]
+    if bug:
+        assert abs(row.measured_over_predicted - 1) > 0.05
+    else:
+        assert row.measured_over_predicted == pytest.approx(1.0, abs=1e-9)
+        assert row.drafting_share == pytest.approx(profile.drafting_share) and row.k == 5
+
+
+def test_tokens_per_decode_step_counts_steps_that_do_not_draft():
+    counters, _, stats = skipping_run(seed=1, steps=3000)
+    profile = AcceptanceProfile.from_counters(counters["ngram"])
+    assert profile.tokens_per_decode_step(profile.k) == pytest.approx(stats.emitted / stats.steps)
+    assert profile.tokens_per_step(profile.k) > profile.tokens_per_decode_step(profile.k)
+    # asked for 2, a step drafts min(L, 2): the lengths say how many tokens that is on average
+    lengths, w = profile.draft_lengths(2)
+    assert float(np.dot(lengths, w)) == pytest.approx(
+        sum(min(n, 2) for n in stats.draft_lengths if n) / stats.drafting_steps)
+    with pytest.raises(ValueError, match="draft_length_counts"):
+        AcceptanceProfile(10, 20, 5, (4, 1), num_steps=12, draft_length_counts=(5, 4))
+    with pytest.raises(ValueError, match="num_steps"):
+        AcceptanceProfile(10, 20, 5, (4, 1), num_steps=8)
