@@ -224,6 +224,8 @@ def generate(model, input_ids, proposer: Proposer | None = None, max_new_tokens:
         request.timed(proposer.begin, state)
 
     while not request.done:
+        if proposer is not None:  # a router knows after begin whether its choice reads hidden states
+            target.want_hidden = proposer.needs_step_hidden_states
         # 1. Propose: up to k tokens (a chain) or a tree, cut to what could still be emitted.
         draft = _propose(proposer, request, device, tree_acceptance)
         # 2. Score the last committed token plus the draft in one target forward, 3. verify, and

@@ -140,6 +140,13 @@ class Proposer(ABC):
     needs_hidden_states = False  # True: receive the target's hidden states in begin and on_verified
     scores_draft = False  # True: the engine calls score() instead of its own verification forward
 
+    @property
+    def needs_step_hidden_states(self) -> bool:
+        """Whether the next verification step must return hidden states; ``generate`` asks after
+        ``begin`` and after every step. Default: ``needs_hidden_states``. A router that has chosen
+        a drafter answers for that drafter, so choosing prompt lookup costs no hidden states."""
+        return self.needs_hidden_states
+
     def __init__(self, k: int):
         self.k = check_k(k)
 
@@ -209,6 +216,10 @@ class ProposerWrapper(Proposer):
     @property
     def needs_hidden_states(self) -> bool:
         return self.proposer.needs_hidden_states
+
+    @property
+    def needs_step_hidden_states(self) -> bool:
+        return self.proposer.needs_step_hidden_states
 
     @property
     def scores_draft(self) -> bool:

@@ -234,6 +234,12 @@ class _Routed(Proposer):
     needs_hidden_states = True  # the pooled prefill state (router) / the catch-up states (bandit)
 
     @property
+    def needs_step_hidden_states(self) -> bool:
+        """After the choice, what the chosen drafter needs: plain decoding or prompt lookup chosen
+        costs no hidden states on the steps that follow."""
+        return self.active is not None and self.active.needs_step_hidden_states
+
+    @property
     def draft_sampling(self) -> str:
         return self.active.draft_sampling if self.active is not None else "greedy"
 
@@ -304,6 +310,14 @@ class BanditRouter(_Routed):
         self._exploring = True
         self.trials.append(self._tally)
         self._switch(self._order[0], state, first=True)
+
+    @property
+    def needs_step_hidden_states(self) -> bool:
+        """While trying candidates: True (a candidate switched to later starts from every committed
+        position's states). Once one is kept: what it needs."""
+        if getattr(self, "_exploring", False):
+            return True
+        return self.active is not None and self.active.needs_step_hidden_states
 
     def _switch(self, name: str, state: DecodeState, first: bool = False) -> None:
         self.active_name = name

@@ -65,6 +65,24 @@ def test_router_sees_the_offline_features_and_stays_exact(tiny_model):
     assert np.allclose(seen["hidden"], offline["hidden"], atol=1e-5)
 
 
+@pytest.mark.parametrize("choice", ["plain", "ngram", "eagle"])
+def test_hidden_states_are_collected_only_when_the_choice_reads_them(choice, monkeypatch):
+    """The prefill's states feed the policy; after ``begin`` the target returns hidden states only
+    if the chosen drafter needs them (EAGLE does; plain decoding and prompt lookup do not)."""
+    target = make_tiny_llama(vocab_size=64, sharpness=8.0, layers=1, seed=1)
+    asked = []
+    forward = type(target).forward
+    monkeypatch.setattr(type(target), "forward",
+                        lambda self, *a, **kw: asked.append(bool(kw.get("output_hidden_states"))) or forward(self, *a, **kw))
+    router = RouterProposer({"plain": None, "ngram": NgramProposer(k=3), "eagle": good_eagle(target)},
+                            lambda features: choice)
+    out = generate(target, PROMPTS[1], router, max_new_tokens=12)
+    monkeypatch.undo()
+    assert out.tokens.tolist() == autoregressive_generate(target, PROMPTS[1], max_new_tokens=12).tokens.tolist()
+    assert asked[0] is True  # the prefill: the router reads its pooled state
+    assert set(asked[1:]) == {choice == "eagle"}
+
+
 def test_router_rows_of_a_batch_match_generate(tiny_model):
     router = RouterProposer(candidates(tiny_model), Recorder())
     batch = generate_batch(tiny_model, PROMPTS, router, max_new_tokens=20)
