@@ -150,6 +150,15 @@ def available_proposers() -> list:
     return sorted(_REGISTRY)
 
 
+def default_k(name: str) -> int | None:
+    """The k ``load_proposer(name)`` drafts with when none is given (None: the router's and bandit's
+    candidates keep their own)."""
+    key = name.lower().replace("_", "-")
+    if key not in _REGISTRY:
+        raise ValueError(f"unknown proposer {name!r}; available: {available_proposers()}")
+    return _REGISTRY[key][1]
+
+
 def register_proposer(name: str, builder, default_k: int) -> None:
     """Make ``load_proposer(name, ...)`` build proposers with ``builder(target, k, **kwargs)``."""
     _REGISTRY[name] = (builder, default_k)
@@ -197,4 +206,4 @@ def _follow_target_backend(proposer: Proposer, target) -> None:
 
 __all__ = ["Proposer", "Draft", "DecodeState", "StepOutcome", "DRAFT_SAMPLING", "resolve_draft_sampling",
            "NgramProposer", "SuffixProposer", "DraftModelProposer", "EarlyExitProposer", "MedusaProposer", "EagleProposer", "load_proposer",
-           "available_proposers", "register_proposer"]
+           "available_proposers", "default_k", "register_proposer"]
