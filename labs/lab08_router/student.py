@@ -112,9 +112,8 @@ def fit_router(table: dict, candidates):
         router's (6 points, the largest item). It lies below the best single candidate's own
         regret, so a router that picks the same method for every prompt cannot reach it.
 
-    On the tables shipped with the lab the best single candidate is plain decoding itself
-    (held-out regret 18.8 %) and the reference router's held-out regret is 13.1 %, so the three
-    regret bands end at 28.2 %, 18.8 % and 16.0 %; the notebook prints them from the tables.
+    The bands follow from the tables shipped with the lab (which candidate is the best single one,
+    and both choosers' held-out regrets); the notebook computes and prints them.
     """
     raise NotImplementedError("fit_router: fit your router on the benchmark table")
 

@@ -311,6 +311,7 @@ def run_benchmark(model, tokenizer, methods=DEFAULT_METHODS, workloads: dict | N
                     "category": cat, "prompt_id": item["id"], "method": m, "k": _effective_k(m, runners[m]),
                     "prompt_tokens": int(ids.numel()), "tokens": len(toks), "seconds": secs,
                     "tokens_per_s": len(toks) / secs if secs > 0 else float("nan"),
+                    "prefill_s": float(stats.prefill_time_s) if stats is not None else float("nan"),
                     "tau": stats.mean_accepted_length if stats is not None else None,
                     "acceptance_rate": stats.acceptance_rate if stats is not None and stats.drafted else None,
                     "drafted": stats.drafted if stats is not None else None,
@@ -365,8 +366,8 @@ def summarize(df, reference: str = REFERENCE, intervals: bool = True, n_boot: in
     speedup = tokens_per_s / the reference's in the same category; tau and acceptance_rate from the
     merged SpecStats (HF methods: NaN); identical = fraction of prompts whose output equals the
     reference's token for token. With ``intervals`` (and every method on every prompt): 95 %
-    paired bootstrap intervals speedup_lo/hi and tau_lo/hi, and time per output token at the
-    median and 99th percentile over prompts (``measure.intervals``).
+    paired bootstrap intervals speedup_lo/hi and tau_lo/hi, and time per output token (vLLM's TPOT:
+    prefill left out) at the median, 90th and 99th percentile over prompts (``measure.intervals``).
     """
     import pandas as pd
 
@@ -386,7 +387,7 @@ def summarize(df, reference: str = REFERENCE, intervals: bool = True, n_boot: in
     if intervals and reference in set(df["method"]):
         from .intervals import bootstrap_summary
 
-        extra = ["speedup_lo", "speedup_hi", "tau_lo", "tau_hi", "tpot_p50_ms", "tpot_p99_ms"]
+        extra = ["speedup_lo", "speedup_hi", "tau_lo", "tau_hi", "tpot_p50_ms", "tpot_p90_ms", "tpot_p99_ms"]
         boot = bootstrap_summary(df, reference=reference, n_boot=n_boot, seed=seed)
         out = out.merge(boot[["category", "method"] + extra], on=["category", "method"], how="left")
     return out

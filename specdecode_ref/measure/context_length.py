@@ -13,7 +13,11 @@ answer stays about the same. What could make acceptance fall:
 * prompt lookup gains: a longer prompt has more n-grams to copy, and also more wrong ones.
 
 Acceptance is reported per drafter and context length as the first position's rate (drafts whose
-first token was kept, with a Wilson interval), the i.i.d. alpha (``analysis.estimate_alpha``) and tau.
+first token was kept), the i.i.d. alpha (``analysis.estimate_alpha``) and tau. The steps of one
+answer are not independent draws (a passage that is easy to copy is easy at every step), so the
+intervals resample whole passages (a cluster bootstrap over targets), and :func:`decay` gives the
+change from the shortest to the longest context with a paired interval over the same passages. A
+binomial interval over steps would be several times too narrow.
 
     python -m specdecode_ref.measure.context_length --out specdecode_ref/data/measured/context_length.json
 """
@@ -30,6 +34,7 @@ from ..analysis import estimate_alpha
 
 DRAFTERS = ("ngram", "draft", "eagle", "hydra-chain")
 N_DOCS = (0, 2, 5, 11)
+TARGETS = (0, 1, 2, 3, 4, 5)  # summarisation passages: each is one cluster of correlated steps
 STORED = Path(__file__).resolve().parent.parent / "data" / "measured" / "context_length.json"
 
 
@@ -75,7 +80,7 @@ def wilson(successes: int, n: int, z: float = 1.96) -> tuple:
 
 
 def acceptance_by_context(model, tokenizer, drafters: Sequence[str] = DRAFTERS, n_docs: Sequence[int] = N_DOCS,
-                          targets: Sequence[int] = (0, 1), max_new_tokens: int = 32, k: int | None = None,
+                          targets: Sequence[int] = TARGETS, max_new_tokens: int = 48, k: int | None = None,
                           progress: bool = True):
     """Greedy decoding of every long-context prompt with every drafter (its shipped default k
     unless ``k``); one row per (drafter, target, n_docs): context_tokens, drafts, first_kept,
@@ -107,22 +112,75 @@ def acceptance_by_context(model, tokenizer, drafters: Sequence[str] = DRAFTERS, 
     return pd.DataFrame(rows)
 
 
-def summarize(df):
-    """Per drafter and n_docs, pooled over targets: mean context length, first-position rate with
-    its Wilson interval, alpha, tau."""
+def _pooled(g) -> dict:
+    """First-position rate and tau pooled over the rows of ``g`` (several passages)."""
+    drafts = g.drafts.sum()
+    return {"first_rate": g.first_kept.sum() / drafts if drafts else float("nan"),
+            "tau": g.emitted.sum() / g.steps.sum()}
+
+
+def _boot_targets(df, n_boot: int, seed: int):
+    """Bootstrap resamples of the passages: [n_boot, n_targets] target ids drawn with replacement."""
+    import numpy as np
+
+    targets = np.array(sorted(df.target.unique()))
+    rng = np.random.default_rng(seed)
+    return rng.choice(targets, size=(n_boot, len(targets)), replace=True)
+
+
+def summarize(df, n_boot: int = 1000, seed: int = 0):
+    """Per drafter and n_docs, pooled over targets: mean context length, first-position rate with a
+    95 % interval from resampling whole passages (NaN with a single passage), alpha, tau with its
+    interval."""
+    import numpy as np
     import pandas as pd
 
+    draws = _boot_targets(df, n_boot, seed)
     rows = []
     for (name, n), g in df.groupby(["drafter", "n_docs"], sort=False):
-        drafts, first = int(g.drafts.sum()), int(g.first_kept.sum())
-        lo, hi = wilson(first, drafts)
+        by_target = g.set_index("target")
+        point = _pooled(g)
         acc = [a for xs in g.accepted_lengths for a in xs]
         dl = [d for xs in g.draft_lengths for d in xs]
+        if draws.shape[1] > 1:
+            boot = [_pooled(by_target.loc[list(idx)]) for idx in draws]
+            f_lo, f_hi = np.nanquantile([b["first_rate"] for b in boot], [0.025, 0.975])
+            t_lo, t_hi = np.quantile([b["tau"] for b in boot], [0.025, 0.975])
+        else:
+            f_lo = f_hi = t_lo = t_hi = float("nan")
+        drafts = int(g.drafts.sum())
         rows.append({"drafter": name, "n_docs": n, "context_tokens": float(g.context_tokens.mean()),
-                     "drafts": drafts, "first_rate": first / drafts if drafts else float("nan"),
-                     "first_lo": lo, "first_hi": hi,
+                     "passages": int(g.target.nunique()), "drafts": drafts, "first_rate": point["first_rate"],
+                     "first_lo": f_lo, "first_hi": f_hi,
                      "alpha": estimate_alpha(acc, dl) if drafts else float("nan"),
-                     "tau": float(g.emitted.sum() / g.steps.sum()), "all_identical": bool(g.identical.all())})
+                     "tau": point["tau"], "tau_lo": t_lo, "tau_hi": t_hi, "all_identical": bool(g.identical.all())})
+    return pd.DataFrame(rows)
+
+
+def decay(df, n_boot: int = 1000, seed: int = 0):
+    """Per drafter: longest context's first-position rate and tau minus the shortest's, on the same
+    passages, with a 95 % interval from resampling passages (the pair moves together). A negative
+    change whose interval lies below 0 is a decay the data resolves."""
+    import numpy as np
+    import pandas as pd
+
+    lo_n, hi_n = df.n_docs.min(), df.n_docs.max()
+    draws = _boot_targets(df, n_boot, seed)
+    rows = []
+    for name, g in df.groupby("drafter", sort=False):
+        short = g[g.n_docs == lo_n].set_index("target")
+        long = g[g.n_docs == hi_n].set_index("target")
+
+        def change(idx, key):
+            return _pooled(long.loc[idx])[key] - _pooled(short.loc[idx])[key]
+
+        row = {"drafter": name, "from_tokens": float(short.context_tokens.mean()),
+               "to_tokens": float(long.context_tokens.mean()), "passages": len(short)}
+        for key in ("first_rate", "tau"):
+            row[f"{key}_change"] = change(list(short.index), key)
+            boot = [change(list(idx), key) for idx in draws]
+            row[f"{key}_lo"], row[f"{key}_hi"] = np.nanquantile(boot, [0.025, 0.975]) if len(short) > 1 else (np.nan,) * 2
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -143,8 +201,8 @@ def main(argv=None) -> int:
                                 description="Each drafter's acceptance as the context grows (same task, more text before it).")
     p.add_argument("--drafters", default=",".join(DRAFTERS))
     p.add_argument("--n-docs", default=",".join(map(str, N_DOCS)))
-    p.add_argument("--targets", default="0,1")
-    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--targets", default=",".join(map(str, TARGETS)))
+    p.add_argument("--max-new-tokens", type=int, default=48)
     p.add_argument("--dtype", choices=["fp32", "bf16"], default=None)
     p.add_argument("--out", default=str(STORED))
     args = p.parse_args(argv)
@@ -156,6 +214,7 @@ def main(argv=None) -> int:
     df = acceptance_by_context(model, tok, [d.strip() for d in args.drafters.split(",")], ints(args.n_docs),
                                ints(args.targets), args.max_new_tokens)
     print(summarize(df).round(3).to_string(index=False))
+    print(decay(df).round(3).to_string(index=False))
     meta = {"machine": machine_line(model), "date": time.strftime("%Y-%m-%d"), "max_new_tokens": args.max_new_tokens,
             "n_docs": ints(args.n_docs), "targets": ints(args.targets)}
     Path(args.out).write_text(json.dumps({"meta": meta, "rows": json.loads(df.to_json(orient="records"))}))

@@ -42,6 +42,9 @@ from .intervals import stratified_indices
 #: The candidates a router chooses among: plain decoding and the shipped drafters that a router
 #: can switch per request (early exit cannot: it verifies in the target's cache itself).
 CANDIDATES = ("plain", "ngram", "draft", "eagle", "hydra-chain", "medusa")
+#: Measured alongside the candidates but not routed to: suffix decoding keeps one cache across
+#: requests, so its speed on a prompt depends on the prompts before it, not on the prompt alone.
+MEASURED_ALSO = ("suffix",)
 MEASURED_DIR = Path(__file__).resolve().parent.parent / "data" / "measured"
 SPLITS = ("benchmark", "heldout")
 
@@ -85,6 +88,7 @@ def measure(model, tokenizer, workloads: dict, methods: Sequence[str] = CANDIDAT
                 "tokens": {m: int(rows.loc[m, "tokens"]) for m in methods},
                 "tau": {m: (None if rows.loc[m, "tau"] is None or rows.loc[m, "tau"] != rows.loc[m, "tau"]
                             else float(rows.loc[m, "tau"])) for m in methods},
+                "prefill_s": {m: float(rows.loc[m, "stats"].prefill_time_s) for m in methods},
                 "steps": {m: int(rows.loc[m, "stats"].steps) for m in methods},
                 "emitted": {m: int(rows.loc[m, "stats"].emitted) for m in methods},
                 "accepted_per_pos": {m: [int(x) for x in rows.loc[m, "stats"].accepted_per_position]
@@ -101,13 +105,21 @@ def measure(model, tokenizer, workloads: dict, methods: Sequence[str] = CANDIDAT
         counters[m] = {**{k.removeprefix("vllm:"): v for k, v in vllm_counters(stats).items()},
                        "steps": int(stats.steps), "emitted": int(stats.emitted),
                        "draft_time_s": float(stats.draft_time_s), "target_time_s": float(stats.target_time_s),
-                       "prefill_time_s": float(stats.prefill_time_s), "wall_time_s": float(stats.wall_time_s)}
+                       "prefill_time_s": float(stats.prefill_time_s), "wall_time_s": float(stats.wall_time_s),
+                       # drafting steps by draft length 1..K: n-gram and suffix often draft fewer than K
+                       "draft_length_counts": _length_counts(stats.draft_lengths)}
     curve = bench.measure_cost_curve(model, ns=range(1, 18), context_len=256)
     return {"meta": {"split": split, "methods": methods, "max_new_tokens": int(max_new_tokens), "repeats": repeats,
                      "machine": machine_line(model), "date": time.strftime("%Y-%m-%d"),
                      "outputs_differ_from_plain": sorted(set(not_exact.prompt_id)),
                      "counters": counters, "cost_curve": curve},
             "prompts": prompts}
+
+
+def _length_counts(lengths) -> list:
+    """[K]: how many steps drafted 1, 2, ..., K tokens (steps that drafted nothing left out)."""
+    lengths = [int(n) for n in lengths]
+    return [lengths.count(n) for n in range(1, max(lengths, default=0) + 1)]
 
 
 def load_table(split: str = "benchmark", path=None) -> dict:
@@ -130,6 +142,7 @@ def as_bench_frame(table: dict, methods: Sequence[str] | None = None):
         for m in methods:
             rows.append({"category": p["category"], "prompt_id": p["id"], "method": m, "prompt_tokens": p["prompt_tokens"],
                          "tokens": p["tokens"][m], "seconds": p["seconds"][m],
+                         "prefill_s": p.get("prefill_s", {}).get(m, float("nan")),
                          "tokens_per_s": p["tokens"][m] / p["seconds"][m], "tau": p["tau"][m],
                          "emitted": p.get("emitted", {}).get(m), "steps": p.get("steps", {}).get(m),
                          "drafted": p.get("drafted", {}).get(m),
@@ -212,7 +225,8 @@ def _pooled(tok, sec, idx_rows, cols) -> np.ndarray:
     return t.sum(-1) / s.sum(-1)
 
 
-def evaluate(table: dict, choosers: dict, n_boot: int = 2000, confidence: float = 0.95, seed: int = 0):
+def evaluate(table: dict, choosers: dict, n_boot: int = 2000, confidence: float = 0.95, seed: int = 0,
+             picked: dict | None = None):
     """Pooled speedup over plain decoding of each chooser, and its regret to the oracle, with
     paired bootstrap intervals (prompts resampled within each category).
 
@@ -220,6 +234,9 @@ def evaluate(table: dict, choosers: dict, n_boot: int = 2000, confidence: float 
     :func:`choose`, ``[best] * N``, or ``["bandit"] * N`` for a method timed live). The oracle over
     ``CANDIDATES`` present in the table is added. Returns a DataFrame: chooser, speedup, lo, hi,
     regret, regret_lo, regret_hi, and the share of prompts where it picked the oracle's choice.
+    picked: for a chooser timed live (its column is its own method, e.g. ``"router"``), the
+    candidate it chose on each prompt; without it that chooser's oracle agreement is NaN (unknown),
+    not 0.
     """
     import pandas as pd
 
@@ -249,9 +266,17 @@ def evaluate(table: dict, choosers: dict, n_boot: int = 2000, confidence: float 
         r, r_b = _pooled(tok, sec, everything, cols)[0], _pooled(tok, sec, idx, cols)
         s_lo, s_hi = np.quantile(r_b / base_b, [tail, 1 - tail])
         g_lo, g_hi = np.quantile(orc_b / r_b - 1, [tail, 1 - tail])
+        chosen = (picked or {}).get(name)
+        if chosen is not None:
+            if len(chosen) != n:
+                raise ValueError(f"picked[{name!r}]: {len(chosen)} choices for {n} prompts")
+            agreement = float(np.mean([a == b for a, b in zip(chosen, oracle)]))
+        elif all(m in cands for m in choosers[name]):
+            agreement = float(np.mean(cols == picks["oracle"]))
+        else:  # a live method's column: which candidate it ran is not in the table
+            agreement = float("nan")
         rows.append({"chooser": name, "speedup": r / base, "lo": s_lo, "hi": s_hi, "regret": orc / r - 1,
-                     "regret_lo": g_lo, "regret_hi": g_hi,
-                     "oracle_agreement": float(np.mean(cols == picks["oracle"]))})
+                     "regret_lo": g_lo, "regret_hi": g_hi, "oracle_agreement": agreement})
     return pd.DataFrame(rows)
 
 
@@ -298,7 +323,7 @@ def main(argv=None) -> int:
 
         model, tok = load_model(dtype=args.dtype)
         methods = [x.strip() for x in args.methods.split(",")] if args.methods else \
-            list(CANDIDATES) + (["router", "bandit"] if args.split == "heldout" else [])
+            list(CANDIDATES) + list(MEASURED_ALSO) + (["router", "bandit"] if args.split == "heldout" else [])
         table = measure(model, tok, _workloads(args.split, args.per_category), methods,
                         max_new_tokens=args.max_new_tokens, split=args.split)
         out = Path(args.out) if args.out else table_path(args.split)

@@ -36,3 +36,32 @@ def test_a_short_run_is_exact_and_counts_drafts(embedded):
     assert (df.first_kept <= df.drafts).all() and (df.accepted <= df.drafted).all()
     table = C.summarize(df)
     assert list(table.n_docs) == [0, 1] and table.tau.ge(1.0).all()
+
+
+def synthetic_rows(first_by_target_and_n: dict, drafts: int = 40):
+    """Rows as acceptance_by_context writes them, one drafter, given first-position rates."""
+    import pandas as pd
+
+    rows = []
+    for (t, n), rate in first_by_target_and_n.items():
+        kept = int(round(rate * drafts))
+        rows.append({"drafter": "d", "target": t, "n_docs": n, "context_tokens": 300 + 1000 * n, "drafts": drafts,
+                     "first_kept": kept, "accepted": kept, "drafted": drafts, "steps": drafts, "emitted": drafts + kept,
+                     "accepted_lengths": [1] * kept + [0] * (drafts - kept), "draft_lengths": [1] * drafts,
+                     "identical": True})
+    return pd.DataFrame(rows)
+
+
+def test_intervals_resample_passages_not_steps():
+    """Passages that differ a lot from one another make a wide interval however many steps each
+    has; a decay every passage shows is resolved, one that half of them contradict is not."""
+    spread = synthetic_rows({(t, n): (0.2 if t % 2 else 0.8) - 0.1 * (n > 0) for t in range(6) for n in (0, 3)})
+    table = C.summarize(spread, n_boot=400)
+    row = table[table.n_docs == 0].iloc[0]
+    lo, hi = C.wilson(int(row.first_rate * row.drafts), int(row.drafts))
+    assert row.first_hi - row.first_lo > 1.5 * (hi - lo)  # a step-level interval would be too narrow
+    d = C.decay(spread, n_boot=400).iloc[0]
+    assert d.first_rate_change == pytest.approx(-0.1, abs=0.02) and d.first_rate_hi < 0
+    mixed = synthetic_rows({(t, n): 0.5 + (0.1 if t % 2 else -0.1) * (n > 0) for t in range(6) for n in (0, 3)})
+    d = C.decay(mixed, n_boot=400).iloc[0]
+    assert d.first_rate_lo < 0 < d.first_rate_hi

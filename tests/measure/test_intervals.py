@@ -99,3 +99,18 @@ def test_too_few_prompts_give_no_interval():
     out = bootstrap_summary(frame({"qa": 1.2, "code": 1.1, "math": 1.3}, per_category=1, noise=0.1))
     assert out.speedup_lo.isna().all() and out.tau_hi.isna().all()
     assert out.speedup.notna().all()
+
+
+def test_tpot_leaves_the_prefill_out_when_it_is_known():
+    """vLLM's TPOT: (end-to-end - time to first token) / (tokens - 1). A method whose rows carry
+    prefill_s is measured that way; the planted wrong definition (prefill kept) would differ."""
+    df = frame({"qa": 1.5})
+    df["prefill_s"] = np.where(df.method == "fast", 0.25 * df.seconds, np.nan)
+    out = bootstrap_summary(df).set_index(["category", "method"])
+    rows = df[df.method == "fast"]
+    decode = ((rows.seconds - rows.prefill_s) / (rows.tokens - 1) * 1e3).to_numpy()
+    assert out.loc[("qa", "fast")].tpot_p50_ms == pytest.approx(np.median(decode))
+    assert out.loc[("qa", "fast")].tpot_p90_ms == pytest.approx(np.percentile(decode, 90))
+    assert out.loc[("qa", "fast")].tpot_p50_ms != pytest.approx(np.median(rows.seconds / rows.tokens * 1e3))
+    plain = df[df.method == "plain"]  # no prefill known: the old definition
+    assert out.loc[("qa", "plain")].tpot_p50_ms == pytest.approx(np.median(plain.seconds / plain.tokens * 1e3))
