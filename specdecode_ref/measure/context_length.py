@@ -16,7 +16,7 @@ Acceptance is reported per drafter and context length as the first position's ra
 first token was kept), the i.i.d. alpha (``analysis.estimate_alpha``) and tau. The steps of one
 answer are not independent draws (a passage that is easy to copy is easy at every step), so the
 intervals resample whole passages (a cluster bootstrap over targets), and :func:`decay` gives the
-change from the shortest to the longest context with a paired interval over the same passages. A
+change from the shortest to the longest context with a paired t-interval over the same passages. A
 binomial interval over steps would be several times too narrow.
 
     python -m specdecode_ref.measure.context_length --out specdecode_ref/data/measured/context_length.json
@@ -158,30 +158,49 @@ def summarize(df, n_boot: int = 1000, seed: int = 0):
 
 
 def decay(df, n_boot: int = 1000, seed: int = 0):
-    """Per drafter: longest context's first-position rate and tau minus the shortest's, on the same
-    passages, with a 95 % interval from resampling passages (the pair moves together). A negative
-    change whose interval lies below 0 is a decay the data resolves."""
+    """Per drafter: the change of the first-position rate and of tau from the shortest context to the
+    longest, on the same passages. change is the mean over passages of each passage's own change
+    (its difficulty cancels); lo/hi a 95 % t-interval over passages (NaN below 3 passages: two
+    clusters say nothing about a third); sd the passages' spread, from which
+    ``passages_needed(sd, effect)`` sizes an experiment. A change whose interval excludes 0 is one
+    the data resolve. ``n_boot`` and ``seed`` are kept for callers of the bootstrap version."""
     import numpy as np
     import pandas as pd
+    from scipy import stats
 
     lo_n, hi_n = df.n_docs.min(), df.n_docs.max()
-    draws = _boot_targets(df, n_boot, seed)
     rows = []
     for name, g in df.groupby("drafter", sort=False):
-        short = g[g.n_docs == lo_n].set_index("target")
-        long = g[g.n_docs == hi_n].set_index("target")
-
-        def change(idx, key):
-            return _pooled(long.loc[idx])[key] - _pooled(short.loc[idx])[key]
-
+        short = g[g.n_docs == lo_n].set_index("target").sort_index()
+        long = g[g.n_docs == hi_n].set_index("target").sort_index()
+        shared = short.index.intersection(long.index)
+        short, long = short.loc[shared], long.loc[shared]
         row = {"drafter": name, "from_tokens": float(short.context_tokens.mean()),
-               "to_tokens": float(long.context_tokens.mean()), "passages": len(short)}
-        for key in ("first_rate", "tau"):
-            row[f"{key}_change"] = change(list(short.index), key)
-            boot = [change(list(idx), key) for idx in draws]
-            row[f"{key}_lo"], row[f"{key}_hi"] = np.nanquantile(boot, [0.025, 0.975]) if len(short) > 1 else (np.nan,) * 2
+               "to_tokens": float(long.context_tokens.mean()), "passages": len(shared)}
+        per = {"first_rate": long.first_kept / long.drafts - short.first_kept / short.drafts,
+               "tau": long.emitted / long.steps - short.emitted / short.steps}
+        for key, changes in per.items():
+            x = changes.to_numpy(dtype=float)
+            n = len(x)
+            row[f"{key}_change"] = float(x.mean())
+            sd = float(x.std(ddof=1)) if n > 1 else float("nan")
+            half = stats.t.ppf(0.975, n - 1) * sd / np.sqrt(n) if n >= 3 else float("nan")
+            row[f"{key}_lo"], row[f"{key}_hi"], row[f"{key}_sd"] = x.mean() - half, x.mean() + half, sd
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def passages_needed(sd: float, effect: float, power: float = 0.8, confidence: float = 0.95) -> int:
+    """Passages a paired experiment needs to detect a change of ``effect`` with the given power, when
+    passages' changes spread with standard deviation ``sd`` (normal approximation)."""
+    import math
+
+    from scipy import stats
+
+    if not (sd >= 0 and effect > 0):
+        raise ValueError(f"sd must be >= 0 and effect > 0, got {sd!r}, {effect!r}")
+    z = stats.norm.ppf(1 - (1 - confidence) / 2) + stats.norm.ppf(power)
+    return max(3, math.ceil((z * sd / effect) ** 2))
 
 
 def load_stored(path=None):

@@ -102,7 +102,9 @@ def measure(model, tokenizer, workloads: dict, methods: Sequence[str] = CANDIDAT
     counters = {}
     for m in methods:
         stats = merge_stats(s for s in df[df.method == m]["stats"])
+        k_run = df[df.method == m]["k"].dropna()
         counters[m] = {**{k.removeprefix("vllm:"): v for k, v in vllm_counters(stats).items()},
+                       "num_speculative_tokens": int(k_run.iloc[0]) if len(k_run) else None,
                        "steps": int(stats.steps), "emitted": int(stats.emitted),
                        "draft_time_s": float(stats.draft_time_s), "target_time_s": float(stats.target_time_s),
                        "prefill_time_s": float(stats.prefill_time_s), "wall_time_s": float(stats.wall_time_s),

@@ -80,6 +80,9 @@ class AcceptanceProfile:
     num_steps: every decode step, drafting or not (None: every step drafted, as vLLM's counters
         alone must assume). draft_length_counts: [K] drafting steps that drafted 1, 2, ..., K tokens
         (None: unknown; every draft is then taken to be of the mean length).
+    num_speculative_tokens: the K the run asked for (vLLM's setting of that name; None: unknown,
+        taken to be the longest draft). When the longest draft is shorter (suffix decoding asked for
+        24 and never drafted more than a dozen), nothing is extrapolated up to that K.
     """
 
     num_drafts: float
@@ -88,6 +91,7 @@ class AcceptanceProfile:
     accepted_per_pos: tuple
     num_steps: float | None = None
     draft_length_counts: tuple | None = None
+    num_speculative_tokens: int | None = None
 
     def __post_init__(self):
         for name in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
@@ -126,6 +130,21 @@ class AcceptanceProfile:
             if len(lengths) < len(pos):
                 raise ValueError(f"accepted_per_pos reaches position {len(pos)} but no draft is longer than "
                                  f"{len(lengths)} tokens")
+        if self.num_speculative_tokens is not None and self.num_speculative_tokens < self.longest_draft:
+            raise ValueError(f"num_speculative_tokens = {self.num_speculative_tokens} is below the longest draft "
+                             f"({self.longest_draft} tokens)")
+
+    @property
+    def longest_draft(self) -> int:
+        """The longest draft the counters saw (per-position counts, or the draft lengths)."""
+        return max(len(self.accepted_per_pos), len(self.draft_length_counts or ()))
+
+    def extrapolates(self, k: int) -> bool:
+        """Whether a prediction at ``k`` extends the survivals past what the run could show: ``k``
+        beyond the longest draft, when drafts of that length were cut by the run's K (not when the
+        drafter stopped short of a larger K on its own)."""
+        k_run = self.num_speculative_tokens
+        return k > self.longest_draft and (k_run is None or k > k_run)
 
     # -- constructors ------------------------------------------------------------------------
     @classmethod
@@ -147,9 +166,11 @@ class AcceptanceProfile:
         per_pos = found["spec_decode_num_accepted_tokens_per_pos"]
         per_pos = tuple(per_pos.values() if isinstance(per_pos, dict) else per_pos)
         lengths = found.get("draft_length_counts")
+        k_run = found.get("num_speculative_tokens")
         return cls(found["spec_decode_num_drafts"], found["spec_decode_num_draft_tokens"],
                    found["spec_decode_num_accepted_tokens"], per_pos, num_steps=found.get("steps"),
-                   draft_length_counts=None if lengths is None else tuple(lengths))
+                   draft_length_counts=None if lengths is None else tuple(lengths),
+                   num_speculative_tokens=None if k_run is None else int(k_run))
 
     @classmethod
     def from_prometheus(cls, text: str) -> "AcceptanceProfile":
@@ -221,7 +242,9 @@ class AcceptanceProfile:
             return (np.array([min(float(k), self.mean_draft_length)]), np.array([1.0]))
         counts = np.asarray(self.draft_length_counts, dtype=float)
         lengths = np.arange(1, len(counts) + 1, dtype=float)
-        lengths[-1] = max(lengths[-1], k)  # full-length drafts extend to a larger k
+        k_run = self.num_speculative_tokens
+        if k_run is None or len(counts) == k_run:  # drafts cut by the run's K would go on at a larger k
+            lengths[-1] = max(lengths[-1], k)
         return np.minimum(lengths, k), counts / counts.sum()
 
     @property
@@ -265,7 +288,7 @@ class AcceptanceProfile:
         if not isinstance(k, (int, np.integer)) or k < 0:
             raise ValueError(f"k must be an int >= 0, got {k!r}")
         s = self.survival
-        if k <= len(s):
+        if k <= len(s) or not self.extrapolates(k):
             return float(1.0 + s[:k].sum())
         extra = s[-1] * np.cumprod(np.full(k - len(s), self.alpha))
         return float(1.0 + s.sum() + extra.sum())
@@ -391,7 +414,7 @@ def advise(profile: AcceptanceProfile, cost=None, draft_cost: float | Callable[[
             # break-even of an i.i.d. chain drafter that drafts k tokens on every step
             be = break_even_alpha(k, d / plain_step, lambda kk, b=b, o=o: (float(step(b, kk + 1)) + o) / plain_step)
             rows.append({"B": b, "K": k, "tokens_per_step": tokens, "cost": spend, "speedup": speedup,
-                         "break_even_alpha": be, "extrapolated": k > profile.k})
+                         "break_even_alpha": be, "extrapolated": profile.extrapolates(k)})
             if speedup > top[0] + 1e-12:  # ties keep the smaller K; K = 0 (plain) unless something beats it
                 top = (speedup, k)
         best.append({"B": b, "k": top[1], "speedup": top[0]})

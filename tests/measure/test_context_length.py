@@ -2,6 +2,7 @@
 interval is right, and a short run on the real model yields exact outputs and sane counters."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from specdecode_ref.measure import context_length as C
@@ -64,4 +65,8 @@ def test_intervals_resample_passages_not_steps():
     assert d.first_rate_change == pytest.approx(-0.1, abs=0.02) and d.first_rate_hi < 0
     mixed = synthetic_rows({(t, n): 0.5 + (0.1 if t % 2 else -0.1) * (n > 0) for t in range(6) for n in (0, 3)})
     d = C.decay(mixed, n_boot=400).iloc[0]
-    assert d.first_rate_lo < 0 < d.first_rate_hi
+    assert d.first_rate_lo < 0 < d.first_rate_hi and d.first_rate_sd == pytest.approx(0.1095, abs=1e-3)
+    # to see a 5-point change through a spread of 0.11 takes about (2.8 * 0.11 / 0.05)^2 = 38 passages
+    assert 35 <= C.passages_needed(d.first_rate_sd, 0.05) <= 40
+    two = synthetic_rows({(t, n): 0.5 - 0.1 * (n > 0) for t in range(2) for n in (0, 3)})
+    assert np.isnan(C.decay(two).iloc[0].first_rate_lo)  # two passages: no interval
