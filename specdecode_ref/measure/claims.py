@@ -126,7 +126,9 @@ class Comparison:
     def interval(self) -> str:
         if self.n < MIN_PAIRS:
             return f"{plural(self.n, 'pair')}: too few for an interval"
-        return f"{self.confidence:.0%} interval {self.lo:.2f}–{self.hi:.2f}×"
+        # a bound that rounds to 1.00 gets a third decimal, so "1.00" never hides which side of 1 it lies on
+        f = ".3f" if 1.0 in (round(self.lo, 2), round(self.hi, 2)) else ".2f"
+        return f"{self.confidence:.0%} interval {self.lo:{f}}–{self.hi:{f}}×"
 
     def __str__(self) -> str:
         if self.n < MIN_PAIRS:

@@ -13,14 +13,20 @@ the prefix weights in log space; ``_compute_local_residual_mass_kernel``: the re
 vllm-project/vllm#46781; an opt-in ``verify_method="block"`` for the V1 sampler is proposed in
 #40819, falling back to the token rule for drafters without probabilities, n-gram and suffix);
 SGLang's ``chain_block_speculative_sampling_triton`` (``sglang/kernels/ops/speculative/reject_sampling.py``).
+
+Exact comparisons on recorded calls: ``VerifierCalls`` records every chain verification of a run,
+``expected_kept`` judges each recorded draft by both rules, ``first_position_tries`` computes what
+m independent one-token drafts would keep at each call's first position, and ``compare_means``
+compares such per-call expectations as a ratio of means with a bootstrap interval.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..engine import generate
 from ..sampling import SamplingParams
-from .claims import compare_paired
+from .claims import MIN_PAIRS, Comparison, compare_paired
 
 #: Drafters whose drafts carry a sampled q, with the options that make them sample. (Hydra's chain
 #: drafts greedily only: its heads read the tokens drafted before them, and sampling them is not
@@ -172,6 +178,86 @@ def expected_kept(calls: list):
         rows.append({"call": i, "draft_len": n,
                      "token": float((ks * keep_probabilities(pp, qq, dd, "token")).sum()),
                      "block": float((ks * keep_probabilities(pp, qq, dd, "block")).sum())})
+    return pd.DataFrame(rows)
+
+
+def compare_means(a, b, confidence: float = 0.95, tolerance: float = 0.0, n_boot: int = 4000, seed: int = 0,
+                  unit: str = "call") -> Comparison:
+    """A against B paired (``a[i]`` with ``b[i]``) as the ratio of their MEANS, with a percentile
+    bootstrap interval that resamples the pairs; a claims.Comparison (> 1: A larger).
+
+    claims.compare_paired reports the geometric mean of the per-pair ratios, the right summary for
+    speeds. A claim about expectations needs the ratio of means instead: block verification keeps
+    at least as many tokens as the token rule *on average over the drafts*, which bounds
+    mean(block) / mean(token), not the geometric mean of per-call ratios. Values may be 0 (a run
+    that kept no first token); B's mean must be positive. ``verdict`` follows the interval as in
+    compare_paired: "better" only when it lies above ``1 + tolerance``, "worse" below ``1 - tolerance``,
+    and always "level" with fewer than ``MIN_PAIRS`` pairs (lo and hi are then the ratio itself)."""
+    a = np.asarray(a, dtype=float).reshape(-1)
+    b = np.asarray(b, dtype=float).reshape(-1)
+    if a.shape != b.shape or a.size == 0:
+        raise ValueError(f"compare_means needs the same non-zero number of values for A and B, got {a.size} and {b.size}")
+    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b)) and np.all(a >= 0) and np.all(b >= 0)):
+        raise ValueError("compare_means needs finite values >= 0")
+    if not b.mean() > 0:
+        raise ValueError("compare_means: B's mean is 0, so the ratio means nothing")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+    ratio = float(a.mean() / b.mean())
+    if a.size < MIN_PAIRS:
+        return Comparison(ratio, ratio, ratio, int(a.size), confidence, tolerance, "level", unit)
+    idx = np.random.default_rng(seed).integers(0, a.size, size=(n_boot, a.size))
+    num, den = a[idx].mean(axis=1), b[idx].mean(axis=1)
+    boots = num[den > 0] / den[den > 0]  # a resample of B's zeros alone has no ratio
+    tail = (1 - confidence) / 2
+    lo, hi = (float(v) for v in np.quantile(boots, [tail, 1 - tail]))
+    verdict = "better" if lo > 1 + tolerance else "worse" if hi < 1 - tolerance else "level"
+    return Comparison(ratio, lo, hi, int(a.size), confidence, tolerance, verdict, unit)
+
+
+def first_position_tries(calls: list, tries: int = 4):
+    """For each recorded chain call (``VerifierCalls``), the probability that its FIRST drafted
+    position keeps a token when j = 1..``tries`` independent drafts from that position's q are
+    tried there one after another, by tree_rejection_sample's sibling rule: a draw x ~ q is
+    accepted with min(1, r(x)/q(x)), r = p at the first try; after a rejection
+    r <- normalise(max(r - q, 0)) and the next draw is tried against it.
+
+    Exact (no sampling), from the call's p and q at the first position: try j is accepted with
+    probability sum_x min(r_j(x), q(x)), so the column for j tries is 1 - prod_{i<=j}(1 - that). It
+    is what m one-token drafts (IndependentDrafts(drafter, m) with k = 1) would keep in the same
+    context, without decoding again. Every try after the first can only succeed on tokens with
+    p > q, with probability at most q's mass there. A call without q (one-hot drafts) uses q
+    one-hot on its first token. Returns a DataFrame, one row per call with a draft: call,
+    draft_len, keep_1 .. keep_<tries>."""
+    import pandas as pd
+
+    if not isinstance(tries, int) or tries < 1:
+        raise ValueError(f"tries must be an int >= 1, got {tries!r}")
+    rows = []
+    for i, (p, d, q) in enumerate(calls):
+        n = int((d[0] >= 0).sum())
+        if n == 0:
+            continue
+        r = p[0, 0].double()
+        if q is None:
+            q1 = torch.zeros_like(r)
+            q1[int(d[0, 0])] = 1.0
+        else:
+            q1 = q[0, 0].double()
+        row, missed = {"call": i, "draft_len": n}, 1.0
+        for j in range(1, tries + 1):
+            accept = float(torch.minimum(r, q1).sum())
+            missed *= max(0.0, 1.0 - accept)
+            row[f"keep_{j}"] = 1.0 - missed
+            residual = (r - q1).clamp(min=0.0)
+            mass = float(residual.sum())
+            if mass <= 1e-12:  # r == q: the try is accepted with probability 1, later ones never run
+                missed = 0.0
+                for jj in range(j + 1, tries + 1):
+                    row[f"keep_{jj}"] = 1.0
+                break
+            r = residual / mass
+        rows.append(row)
     return pd.DataFrame(rows)
 
 

@@ -6,13 +6,22 @@ nodes, each row of ``Draft.probs`` the q its token was drawn from, and ``tree_re
 verifies them losslessly: the first chain's first token is tried against p, on rejection the
 residual is tried against the second chain's, and so on (verify.py proves why the output still
 follows the target). With one draft of m*k tokens the step can only go deep; with m drafts of k
-it gets m tries at the first position, which pays when the first token is often rejected.
+it gets m tries at the first position. Every try after the first is tested against the residual
+max(p - q, 0), so it can only succeed on tokens q under-proposes: the extra tries pay when the
+drafter's other candidates are likely enough to be right, not merely when its first is often wrong.
 
 The chains are not merged where they start alike: merging would make the children at a node
 something other than independent draws from q, and the sibling rule above needs exactly that.
+Chains drawn without replacement (distinct first tokens) would break it too: they can be verified
+as fixed candidates (draft_probs=None, which ignores q) or by a rule made for them, such as the
+recursive rejection sampling of Recursive Speculative Decoding (Jeon et al. 2024).
 
-Drafting cost is the same m*k draft tokens either way; the verification forward scores m*k + 1
-positions either way. Only the shape differs, so tokens per step compares the two fairly.
+The verification forward scores m*k + 1 positions whatever the shape, so tokens per step compares
+shapes at equal verification cost. Drafting cost is a property of this wrapper, not of the shapes:
+it asks the inner drafter for one chain after another, each re-fed from the last committed token,
+so a step costs m*k draft forwards (the draft model's k per chain) whatever m is. In general the m
+chains could be drafted in k forwards batched over the chains, and m one-token drafts in a single
+forward, since all of them are draws from the same q.
 """
 from __future__ import annotations
 

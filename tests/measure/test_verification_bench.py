@@ -8,12 +8,13 @@ import torch
 
 from specdecode_ref import generate
 from specdecode_ref.measure.suffix_bench import run_stream, summarize_stream
-from specdecode_ref.measure.verification_bench import (VerifierCalls, expected_accepted, expected_kept,
-                                                       keep_probabilities, markov_joint_check)
+from specdecode_ref.measure.verification_bench import (VerifierCalls, compare_means, expected_accepted, expected_kept,
+                                                       first_position_tries, keep_probabilities, markov_joint_check)
 from specdecode_ref.measure.workloads import load_repeating
 from specdecode_ref.sampling import SamplingParams
 from specdecode_ref.pitfalls import resample_from_target
-from specdecode_ref.verify import block_verify, rejection_sample
+from specdecode_ref.trees import ROOT
+from specdecode_ref.verify import block_verify, rejection_sample, tree_rejection_sample
 
 
 def test_the_papers_example_exactly():
@@ -37,6 +38,36 @@ def test_keep_probabilities_match_the_verifiers(rule, verifier):
     assert torch.allclose(seen, exact, atol=4 * (0.25 / n) ** 0.5 + 1e-3), (seen, exact)
     if rule == "block":  # a one-hot q: the block rule's law is the token rule's
         assert torch.allclose(keep_probabilities(p, None, draft, "block"), keep_probabilities(p, None, draft, "token"))
+
+
+def test_compare_means_is_the_ratio_of_means_with_an_interval():
+    a, b = [0.0, 2.0, 3.0, 5.0, 1.0, 4.0], [1.0, 1.0, 2.0, 4.0, 1.0, 3.0]
+    c = compare_means(a, b, unit="run")
+    assert c.ratio == pytest.approx(15 / 12) and c.lo <= c.ratio <= c.hi and c.n == 6 and c.unit == "run"
+    assert compare_means([2.0, 2.1, 2.2, 2.0], [1.0, 1.0, 1.1, 1.0]).verdict == "better"
+    assert compare_means([1.0, 2.0], [2.0, 1.0]).verdict == "level"  # too few pairs for an interval
+    with pytest.raises(ValueError, match="B's mean is 0"):
+        compare_means([1.0, 1.0, 1.0], [0.0, 0.0, 0.0])
+
+
+def test_first_position_tries_match_sampled_sibling_drafts():
+    """m one-token drafts drawn from q under the root, verified by tree_rejection_sample: the
+    share of steps that keep a drafted token against the exact probability, for m = 1..3."""
+    g = torch.Generator().manual_seed(3)
+    p = torch.softmax(torch.randn(2, 5, generator=g) * 1.5, -1)
+    q = torch.softmax(torch.randn(1, 5, generator=g) * 1.5, -1)
+    draft = torch.multinomial(q[0], 1, generator=g)
+    exact = first_position_tries([(p[None], draft[None], q[None])], tries=3).iloc[0]
+    assert exact.keep_1 == pytest.approx(float(torch.minimum(p[0], q[0]).sum()))
+    assert exact.keep_1 <= exact.keep_2 <= exact.keep_3 <= 1
+    n = 6000
+    for m in (1, 2, 3):
+        kept = 0
+        for _ in range(n):
+            tokens = torch.multinomial(q[0], m, replacement=True, generator=g)
+            path, _ = tree_rejection_sample(p[0].expand(m + 1, 5), [ROOT] * m, tokens, g, q[0].expand(m, 5))
+            kept += int(path.numel() > 0)
+        assert kept / n == pytest.approx(exact[f"keep_{m}"], abs=4 * (0.25 / n) ** 0.5), m
 
 
 @pytest.mark.parametrize("verifier, ok", [(block_verify, True), (rejection_sample, True),
