@@ -26,7 +26,7 @@ import time
 import torch
 
 from . import kv, trees
-from .proposers.base import DecodeState, Draft, Proposer
+from .proposers.base import DecodeState, Draft, Proposer, step_hidden_states
 from .request import (ACCEPTED, BONUS, RECOVERED, TARGET, GenerationResult, Request, Verdict, as_int, as_prompt,
                       check_positive_int, check_sampling_and_proposer, check_seed, context_window, eos_token_ids,
                       sync, validate_prompt)
@@ -225,7 +225,7 @@ def generate(model, input_ids, proposer: Proposer | None = None, max_new_tokens:
 
     while not request.done:
         if proposer is not None:  # a router knows after begin whether its choice reads hidden states
-            target.want_hidden = proposer.needs_step_hidden_states
+            target.want_hidden = step_hidden_states(proposer)
         # 1. Propose: up to k tokens (a chain) or a tree, cut to what could still be emitted.
         draft = _propose(proposer, request, device, tree_acceptance)
         # 2. Score the last committed token plus the draft in one target forward, 3. verify, and

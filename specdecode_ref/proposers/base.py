@@ -140,13 +140,6 @@ class Proposer(ABC):
     needs_hidden_states = False  # True: receive the target's hidden states in begin and on_verified
     scores_draft = False  # True: the engine calls score() instead of its own verification forward
 
-    @property
-    def needs_step_hidden_states(self) -> bool:
-        """Whether the next verification step must return hidden states; ``generate`` asks after
-        ``begin`` and after every step. Default: ``needs_hidden_states``. A router that has chosen
-        a drafter answers for that drafter, so choosing prompt lookup costs no hidden states."""
-        return self.needs_hidden_states
-
     def __init__(self, k: int):
         self.k = check_k(k)
 
@@ -216,10 +209,6 @@ class ProposerWrapper(Proposer):
     @property
     def needs_hidden_states(self) -> bool:
         return self.proposer.needs_hidden_states
-
-    @property
-    def needs_step_hidden_states(self) -> bool:
-        return self.proposer.needs_step_hidden_states
 
     @property
     def scores_draft(self) -> bool:
@@ -385,3 +374,10 @@ class PerRowBatchProposer(BatchProposer):
 
     def row_proposer(self, row: int) -> Proposer:
         return self.rows[row]  # an adaptive copy may have moved its own k
+
+
+def step_hidden_states(proposer) -> bool:
+    """Whether the next verification step must return hidden states. A proposer may answer per step
+    with ``needs_step_hidden_states`` (a router that chose plain decoding or prompt lookup needs
+    none); otherwise ``needs_hidden_states`` holds for the whole request."""
+    return bool(getattr(proposer, "needs_step_hidden_states", proposer.needs_hidden_states))

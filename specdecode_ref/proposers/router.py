@@ -36,7 +36,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from .base import DecodeState, Draft, Proposer, StepOutcome
+from .base import DecodeState, Draft, Proposer, StepOutcome, step_hidden_states
 
 PLAIN = "plain"  # the candidate that drafts nothing: plain decoding
 #: The cheap features, in the order a policy's weights use them.
@@ -237,7 +237,7 @@ class _Routed(Proposer):
     def needs_step_hidden_states(self) -> bool:
         """After the choice, what the chosen drafter needs: plain decoding or prompt lookup chosen
         costs no hidden states on the steps that follow."""
-        return self.active is not None and self.active.needs_step_hidden_states
+        return self.active is not None and step_hidden_states(self.active)
 
     @property
     def draft_sampling(self) -> str:
@@ -317,7 +317,7 @@ class BanditRouter(_Routed):
         position's states). Once one is kept: what it needs."""
         if getattr(self, "_exploring", False):
             return True
-        return self.active is not None and self.active.needs_step_hidden_states
+        return self.active is not None and step_hidden_states(self.active)
 
     def _switch(self, name: str, state: DecodeState, first: bool = False) -> None:
         self.active_name = name
