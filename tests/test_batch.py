@@ -261,7 +261,7 @@ def test_bad_inputs(tiny_model):
 
 
 @pytest.mark.embedded
-@pytest.mark.parametrize("name", ["medusa", "eagle"])
+@pytest.mark.parametrize("name", ["medusa", "eagle", "pard"])
 def test_rows_draft_what_each_request_drafts_alone(embedded, prompts, budgets, name):
     """Drafters that read the target's hidden states get each row's own (its prompt's columns in
     the padded prefill, its root and accepted path after each step): every row then drafts and

@@ -28,6 +28,8 @@ The table this file fills (exact = tested equal to plain):
     eagle-tree        exact (1 node) exact (16 nodes)  exact           exact      exact (all paths)
     eagle3            exact          exact (k=4)***    exact           exact      exact (all paths)
     suffix            exact          exact (k=24)**    exact           exact      exact (all paths)
+    pard              exact          exact (k=4)       exact           exact      exact (all paths)
+    pard-tree         exact (1 node) exact (8 nodes)   exact           exact      exact (all paths)
 
     * three heads: a chain of Medusa or Hydra heads drafts at most 3 tokens.
     ** after one earlier request, whose output suffix decoding then drafts from (long accepted runs).
@@ -49,8 +51,9 @@ from specdecode_ref.serving.scheduler import serve
 NEW = 24
 # Deep draft per chain drafter; trees: their shipped node budget (None) against a single node (k=1).
 DEEP = {"ngram": 5, "draft": 4, "draft-fullvocab": 4, "early-exit": 4, "medusa-chain": 3, "hydra-chain": 3,
-        "eagle": 4, "eagle3": 4, "medusa": None, "hydra": None, "eagle-tree": None, "suffix": 24}
-TREES = {"medusa", "hydra", "eagle-tree"}
+        "eagle": 4, "eagle3": 4, "medusa": None, "hydra": None, "eagle-tree": None, "suffix": 24,
+        "pard": 4, "pard-tree": None}
+TREES = {"medusa", "hydra", "eagle-tree", "pard-tree"}
 LEARNS_FROM_EARLIER_REQUESTS = {"suffix"}  # its global tree holds earlier requests' outputs
 # The EAGLE-3 head trained on the CPU keeps a second drafted token in a row rarely (2 % of steps at
 # draft position 3 on the benchmark): on these cases its runs stop at one accepted token. Its

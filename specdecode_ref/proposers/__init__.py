@@ -9,6 +9,7 @@ from .eagle import EagleProposer
 from .early_exit import EarlyExitProposer
 from .medusa import MedusaProposer
 from .ngram import NgramProposer
+from .parallel_draft import ParallelDraftProposer
 from .shipped import shipped_vocab
 from .suffix import SuffixProposer
 
@@ -64,6 +65,19 @@ def _hydra(target, k, **kwargs):
 
 def _hydra_chain(target, k, **kwargs):
     return _hydra(target, k, tree=False, **kwargs)
+
+
+def _pard(target, k, tree: bool = False, **kwargs):
+    # The parallel drafter (notebook 13): the draft model adapted to draft k tokens in ONE forward
+    # from k - 1 mask tokens (PARD); tree=True takes a Medusa-style tree of k nodes from the
+    # per-position top candidates of that one forward.
+    from .parallel_draft import load_pard_proposer
+
+    return load_pard_proposer(target, k=k, tree=tree, **kwargs)
+
+
+def _pard_tree(target, k, **kwargs):
+    return _pard(target, k, tree=True, **kwargs)
 
 
 def _eagle(target, k, tree: bool = False, reduced_vocab: bool = True, **kwargs):
@@ -137,6 +151,8 @@ _REGISTRY = {
     "medusa-chain": (_medusa_chain, 3),
     "hydra": (_hydra, 8),
     "hydra-chain": (_hydra_chain, 3),
+    "pard": (_pard, 4),
+    "pard-tree": (_pard_tree, 8),
     "eagle": (_eagle, 2),
     "eagle-tree": (_eagle_tree, 16),
     "eagle3": (_eagle3, 2),
@@ -166,7 +182,7 @@ def register_proposer(name: str, builder, default_k: int) -> None:
 
 def load_proposer(name: str, target=None, k: int | None = None, **kwargs) -> Proposer:
     """Build a proposer by name: "ngram", "draft", "draft-fullvocab", "early-exit", "medusa",
-    "medusa-chain", "hydra", "hydra-chain", "eagle", "eagle-tree", "eagle3", "suffix", and the drafters that
+    "medusa-chain", "hydra", "hydra-chain", "pard", "pard-tree", "eagle", "eagle-tree", "eagle3", "suffix", and the drafters that
     choose among them per request, "router" and "bandit" (see ``available_proposers()``).
 
     Model-based proposers load their shipped weights for the embedded model and need ``target``.
@@ -205,5 +221,5 @@ def _follow_target_backend(proposer: Proposer, target) -> None:
 
 
 __all__ = ["Proposer", "Draft", "DecodeState", "StepOutcome", "DRAFT_SAMPLING", "resolve_draft_sampling",
-           "NgramProposer", "SuffixProposer", "DraftModelProposer", "EarlyExitProposer", "MedusaProposer", "EagleProposer", "load_proposer",
+           "NgramProposer", "SuffixProposer", "DraftModelProposer", "ParallelDraftProposer", "EarlyExitProposer", "MedusaProposer", "EagleProposer", "load_proposer",
            "available_proposers", "default_k", "register_proposer"]

@@ -1,4 +1,4 @@
-"""The command line, ``python -m specdecode_ref.training {data,fused-features,draft,early-exit,medusa,eagle}``.
+"""The command line, ``python -m specdecode_ref.training {data,fused-features,draft,early-exit,medusa,eagle,parallel-draft}``.
 
 Every option's default comes from recipes.py, and every run writes the recipe it used into the
 weights' metadata, so the defaults reproduce the shipped files and a file says how it was made.
@@ -42,6 +42,11 @@ _HELP = {
     "unroll": "stage 2, training-time test: steps in which the head feeds on its own outputs (1 = no stage 2)",
     "unroll_steps": "stage 2 steps",
     "unroll_lr": "stage 2 learning rate",
+    "positions": "K: positions one forward drafts (K - 1 mask tokens)",
+    "keep": "conditional drop: share of positions trained at mask depth 1, 2, ... (comma-separated)",
+    "rank": "rank of the update of every projection (shipped with the mask embedding)",
+    "scale": "the update is scale * B @ A",
+    "max_len": "train on sequences up to this many tokens (prompt + answer)",
     "features": "'final': EAGLE-1's head on the last normed hidden state; 'fused': EAGLE-3's head on the "
                 "corpus' fused low/middle/high states (run fused-features first), tokens-only loss",
 }
@@ -51,13 +56,20 @@ def _ints(text: str) -> tuple:
     return tuple(int(x) for x in text.split(","))
 
 
+def _floats(text: str) -> tuple:
+    return tuple(float(x) for x in text.split(","))
+
+
 def _add_recipe_options(parser, recipe) -> None:
     """One option per recipe field (the seed is global), defaulting to the recipe's value."""
     for f in fields(recipe):
         if f.name == "seed":
             continue
         default = getattr(recipe, f.name)
-        kind = _ints if isinstance(default, tuple) else type(default)
+        if isinstance(default, tuple):
+            kind = _ints if all(isinstance(x, int) for x in default) else _floats
+        else:
+            kind = type(default)
         flag = _FLAGS.get(f.name, "--" + f.name.replace("_", "-"))
         shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
         if isinstance(default, bool):  # a switch: given means True; a command whose recipe has it on keeps it
@@ -338,6 +350,44 @@ def cmd_eagle(args) -> None:
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB) and its loss curve")
 
 
+def cmd_parallel_draft(args) -> None:
+    """The parallel drafter from the shipped draft model, on the committed answers' token ids (no
+    teacher pass: the labels are the answers' own next tokens). Writes the mask embedding and the
+    low-rank factors, with the held-out agreement and rank accuracies per depth in the metadata."""
+    from ..models import load_model
+    from ..proposers.parallel_draft import PARD_WEIGHTS, save_parallel_draft
+    from ..proposers.shipped import shipped_vocab
+    from .parallel_draft import split_corpus, token_corpus, train_parallel_draft
+
+    r = _recipe(args)
+    train_c, hold = split_corpus(token_corpus(max_len=r.max_len), CORPUS.holdout_fraction)
+    if args.train_fraction < 1:
+        keep = train_c.meta["groups"]
+        names = sorted(set(keep))
+        g = torch.Generator().manual_seed(0)
+        chosen = {names[i] for i in torch.randperm(len(names), generator=g)[: max(1, round(args.train_fraction * len(names)))]}
+        idx = [i for i, x in enumerate(keep) if x in chosen]
+        train_c = Corpus([train_c.ids[i] for i in idx], [train_c.start[i] for i in idx],
+                         [train_c.topk_ids[i] for i in idx], [train_c.topk_logp[i] for i in idx], None,
+                         {"groups": [keep[i] for i in idx], "passes_of": [train_c.meta["passes_of"][i] for i in idx]})
+    print(f"corpus: {len(train_c)} train / {len(hold)} held-out sequences, "
+          f"{train_c.num_response_tokens} answer tokens to train on")
+    target, _ = load_model(dtype="fp32", backend="eager")
+    draft, factors, mask, result = train_parallel_draft(
+        target, train_c, shipped_vocab(True), holdout=hold, positions=r.positions, rank=r.rank, scale=r.scale,
+        keep=r.keep, **_common(r))
+    out = Path(args.out or PARD_WEIGHTS)
+    after, before = result.heldout["after"], result.heldout["before"]
+    meta = {**r.settings(), "seconds": round(result.seconds), "train_sequences": len(train_c),
+            "agreement": after["agreement"], "agreement_before": before["agreement"],
+            "rank_accuracy": after["rank_accuracy"], "heldout_loss": after["loss"], "heldout_entries": after["entries"]}
+    save_parallel_draft(factors, mask, r.positions, r.scale, out, meta)
+    save_curve(result, out.with_name(out.stem + "-loss"),
+               f"parallel drafter, K = {r.positions}, rank {r.rank} ({r.steps} steps)", ylabel="cross-entropy (nats)")
+    print(json.dumps({"agreement": after["agreement"], "before": before["agreement"]}, indent=1))
+    print(f"wrote {out} ({out.stat().st_size / 1e3:.0f} kB) and its loss curve")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m specdecode_ref.training",
                                      description="Train the drafters on the target's own answers.")
@@ -373,7 +423,8 @@ def main(argv=None) -> None:
     helps = {"draft": "distil the draft model", "early-exit": "train exit adapters for self-speculation",
              "medusa": "train Medusa (or with --hydra, Hydra) heads on the corpus' hidden states (target frozen)",
              "hydra": "train Hydra heads (medusa --hydra with the shipped Hydra recipe)",
-             "eagle": "train the EAGLE head on the corpus' features (target frozen)"}
+             "eagle": "train the EAGLE head on the corpus' features (target frozen)",
+             "parallel-draft": "adapt the draft model into a parallel drafter (PARD: mask tokens, one forward)"}
     for name, recipe in RECIPES.items():
         p = sub.add_parser(name, help=helps[name])
         _add_recipe_options(p, recipe)
@@ -392,7 +443,7 @@ def main(argv=None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     {"data": cmd_data, "fused-features": cmd_fused_features, "draft": cmd_draft, "early-exit": cmd_early_exit,
-     "medusa": cmd_medusa, "hydra": cmd_hydra, "eagle": cmd_eagle}[args.cmd](args)
+     "medusa": cmd_medusa, "hydra": cmd_hydra, "eagle": cmd_eagle, "parallel-draft": cmd_parallel_draft}[args.cmd](args)
 
 
 if __name__ == "__main__":

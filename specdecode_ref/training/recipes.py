@@ -59,6 +59,15 @@ class EagleRecipe(Recipe):
 
 
 @dataclass(frozen=True)
+class ParallelDraftRecipe(Recipe):
+    positions: int = 4  # K: one forward drafts K positions (K - 1 mask tokens)
+    keep: tuple = (0.7, 0.49, 0.343)  # conditional drop: share of positions trained at mask depth 1, 2, 3 (PARD: 0.7^j)
+    rank: int = 4  # the low-rank update of every projection (what is shipped, with the masks)
+    scale: float = 2.0  # the update is scale * B @ A
+    max_len: int = 512  # training sequences up to this many tokens (prompt + answer)
+
+
+@dataclass(frozen=True)
 class CorpusRecipe:
     """The self-distillation corpus (distill.py): answers per prompt, and the held-out share."""
 
@@ -76,10 +85,12 @@ EARLY_EXIT = EarlyExitRecipe(steps=800, lr=1e-3, batch_tokens=4096)
 MEDUSA = MedusaRecipe(steps=1500, lr=1e-3, batch_tokens=8192)
 HYDRA = MedusaRecipe(steps=3000, lr=1e-3, batch_tokens=8192, hydra=True)
 EAGLE = EagleRecipe(steps=1500, lr=1e-3, batch_tokens=8192, unroll_steps=300)
+PARALLEL_DRAFT = ParallelDraftRecipe(steps=800, lr=2e-3, batch_tokens=2048)
 CORPUS = CorpusRecipe()
 
 # Command name -> recipe, in training order.
-RECIPES = {"draft": DRAFT, "early-exit": EARLY_EXIT, "medusa": MEDUSA, "hydra": HYDRA, "eagle": EAGLE}
+RECIPES = {"draft": DRAFT, "early-exit": EARLY_EXIT, "medusa": MEDUSA, "hydra": HYDRA, "eagle": EAGLE,
+           "parallel-draft": PARALLEL_DRAFT}
 
-__all__ = ["Recipe", "DraftRecipe", "EarlyExitRecipe", "MedusaRecipe", "EagleRecipe", "CorpusRecipe", "DRAFT",
-           "EARLY_EXIT", "MEDUSA", "HYDRA", "EAGLE", "CORPUS", "RECIPES"]
+__all__ = ["Recipe", "DraftRecipe", "EarlyExitRecipe", "MedusaRecipe", "EagleRecipe", "ParallelDraftRecipe", "CorpusRecipe", "DRAFT",
+           "EARLY_EXIT", "MEDUSA", "HYDRA", "EAGLE", "PARALLEL_DRAFT", "CORPUS", "RECIPES"]

@@ -11,7 +11,7 @@ import pytest
 
 from specdecode_ref.proposers.shipped import WEIGHTS_DIR, weights_metadata
 from specdecode_ref.training import cli, distill, recipes, train
-from specdecode_ref.training.recipes import DRAFT, EAGLE, EARLY_EXIT, HYDRA, MEDUSA
+from specdecode_ref.training.recipes import DRAFT, EAGLE, EARLY_EXIT, HYDRA, MEDUSA, PARALLEL_DRAFT
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -44,12 +44,22 @@ def test_recipes_are_what_the_shipped_weights_record():
             assert type(getattr(EAGLE, f.name))(eagle[f.name]) == getattr(EAGLE, f.name), f.name
 
 
+def test_parallel_drafter_records_its_recipe():
+    pard = _meta("pard")
+    for f in fields(PARALLEL_DRAFT):
+        expected = getattr(PARALLEL_DRAFT, f.name)
+        got = tuple(json.loads(pard[f.name])) if isinstance(expected, tuple) else type(expected)(pard[f.name])
+        assert got == expected, f.name
+
+
 @pytest.mark.parametrize("fn,recipe,names", [
     (train.train_draft, DRAFT, {"steps", "lr", "batch_tokens", "seed", "init_layers"}),
     (train.train_early_exit, EARLY_EXIT, {"steps", "lr", "batch_tokens", "seed", "exits"}),
     (train.train_medusa, MEDUSA, {"steps", "lr", "batch_tokens", "seed", "num_heads", "num_layers", "hydra",
                                   "hydra_width"}),
     (train.train_eagle, EAGLE, {"steps", "lr", "batch_tokens", "seed", "feature_weight", "token_weight"}),
+    (train.train_parallel_draft, PARALLEL_DRAFT, {"steps", "lr", "batch_tokens", "seed", "positions", "rank",
+                                                  "scale", "keep"}),
 ])
 def test_training_functions_default_to_the_recipe(fn, recipe, names):
     params = inspect.signature(fn).parameters
@@ -105,6 +115,7 @@ def test_readme_training_commands_use_the_recipe():
             name = re.sub("^--", "", flag).replace("-", "_")
             name = {"heads": "num_heads", "layers": "num_layers"}.get(name, name)
             default = getattr(recipe, name)
-            parsed = tuple(int(x) for x in value.split(",")) if isinstance(default, tuple) else type(default)(value)
+            parsed = tuple(type(default[0])(x) for x in value.split(",")) if isinstance(default, tuple) \
+                else type(default)(value)
             assert parsed == default, (words[1], flag, value)
     assert checked == len(recipes.RECIPES)
