@@ -39,6 +39,12 @@ The best K maximises it (0: do not speculate); break-even is where it equals 1. 
 always drafts K (draft model, EAGLE's chain, Hydra's chain) has f = 1 and m_K = K, and the formula
 is notebook 02's.
 
+A **parallel drafter** (PARD, notebook 13) drafts all K tokens in one forward: its drafting costs
+D(B) per drafting step, whatever K, instead of d(B) per drafted token, and cost(K) gains f D(B) in
+place of f E[m_K] d(B) (``draft_step_cost``; :func:`run_costs` measures D for the names in
+``PARALLEL_DRAFTERS``). Taking D as one number ignores the few more positions a longer K feeds
+through that forward, which is what a forward at the memory floor costs.
+
     from specdecode_ref.serving import advisor
     profile = advisor.AcceptanceProfile.from_prometheus(open("metrics.txt").read())
     advice = advisor.advise(profile, cost=advisor.roofline_cost(16), batch_sizes=(1, 8, 32))
@@ -60,7 +66,7 @@ from ..metrics import SpecStats
 from .metrics import ACCEPTED_PER_POS, ACCEPTED_TOKENS, DRAFT_TOKENS, DRAFTS
 from .policies import roofline_cost, surface_cost
 
-__all__ = ["AcceptanceProfile", "Advice", "RunCosts", "advise", "as_step_cost", "predicted_vs_measured", "roofline_cost",
+__all__ = ["AcceptanceProfile", "Advice", "RunCosts", "PARALLEL_DRAFTERS", "is_parallel", "stored_counters", "advise", "as_step_cost", "predicted_vs_measured", "roofline_cost",
            "run_costs", "step_cost"]
 
 
@@ -363,20 +369,22 @@ class Advice:
 
 
 def step_cost(profile: AcceptanceProfile, k: int, step: Callable[[int, float], float], b: int = 1,
-              draft_cost: float = 0.0, overhead: float = 0.0) -> float:
+              draft_cost: float = 0.0, overhead: float = 0.0, draft_step_cost: float = 0.0) -> float:
     """One decode step's expected time when the drafter is asked for ``k`` tokens:
-    f E[T(B, min(L, k) + 1)] + (1 - f) T(B, 1) + f E[min(L, k)] d + o (the module docstring's
-    cost(K); ``step`` is T(B, n), ``draft_cost`` d per drafted token, ``overhead`` o per step)."""
+    f E[T(B, min(L, k) + 1)] + (1 - f) T(B, 1) + f E[min(L, k)] d + f D + o (the module docstring's
+    cost(K); ``step`` is T(B, n), ``draft_cost`` d per drafted token, ``draft_step_cost`` D per
+    drafting step (a parallel drafter's one forward), ``overhead`` o per step)."""
     f = profile.drafting_share
     lengths, weights = profile.draft_lengths(k)
     forward = f * float(sum(w * step(b, m + 1) for m, w in zip(lengths, weights))) + (1.0 - f) * float(step(b, 1))
-    return forward + f * float(np.dot(lengths, weights)) * draft_cost + overhead
+    return forward + f * float(np.dot(lengths, weights)) * draft_cost + f * draft_step_cost + overhead
 
 
 def advise(profile: AcceptanceProfile, cost=None, draft_cost: float | Callable[[int], float] = 0.0,
            ks: Sequence[int] = range(1, 9), batch_sizes: Sequence[int] = (1,),
            overhead: float | Callable[[int], float] = 0.0,
-           plain_overhead: float | Callable[[int], float] | None = None) -> Advice:
+           plain_overhead: float | Callable[[int], float] | None = None,
+           draft_step_cost: float | Callable[[int], float] = 0.0) -> Advice:
     """Predicted speedup of speculation at every K in ``ks`` and batch size in ``batch_sizes``
     (the module docstring's formula: drafting share, draft lengths and both overheads included).
 
@@ -385,7 +393,8 @@ def advise(profile: AcceptanceProfile, cost=None, draft_cost: float | Callable[[
     the unit of T (a number or a function of B; 0 for n-gram and suffix lookups). overhead: the
     engine's time per speculative step outside the forward and the drafter, o(B); plain_overhead:
     the same for a plain step, o_0(B) (None: equal to ``overhead``, so an overhead both kinds of
-    step pay alike counts on both sides).
+    step pay alike counts on both sides). draft_step_cost: a parallel drafter's time per drafting
+    step D(B), whatever K (its draft_cost is then 0).
     """
     import pandas as pd
 
@@ -403,16 +412,17 @@ def advise(profile: AcceptanceProfile, cost=None, draft_cost: float | Callable[[
         t1 = float(step(b, 1))
         if not t1 > 0:
             raise ValueError(f"T({b}, 1) must be > 0, got {t1}")
-        d, o = _per_batch(draft_cost, b), _per_batch(overhead, b)
+        d, o, dd = _per_batch(draft_cost, b), _per_batch(overhead, b), _per_batch(draft_step_cost, b)
         o0 = o if plain_overhead is None else _per_batch(plain_overhead, b)
         plain_step = t1 + o0
         top = (1.0, 0)
         for k in ks:
-            spend = step_cost(profile, k, step, b, d, o) / plain_step
+            spend = step_cost(profile, k, step, b, d, o, dd) / plain_step
             tokens = profile.tokens_per_decode_step(k)
             speedup = tokens / spend
             # break-even of an i.i.d. chain drafter that drafts k tokens on every step
-            be = break_even_alpha(k, d / plain_step, lambda kk, b=b, o=o: (float(step(b, kk + 1)) + o) / plain_step)
+            be = break_even_alpha(k, d / plain_step,
+                                  lambda kk, b=b, o=o, dd=dd: (float(step(b, kk + 1)) + o + dd) / plain_step)
             rows.append({"B": b, "K": k, "tokens_per_step": tokens, "cost": spend, "speedup": speedup,
                          "break_even_alpha": be, "extrapolated": profile.extrapolates(k)})
             if speedup > top[0] + 1e-12:  # ties keep the smaller K; K = 0 (plain) unless something beats it
@@ -421,24 +431,35 @@ def advise(profile: AcceptanceProfile, cost=None, draft_cost: float | Callable[[
     return Advice(profile, pd.DataFrame(rows), pd.DataFrame(best))
 
 
+PARALLEL_DRAFTERS = ("pard", "pard-tree")  # draft all K tokens in one forward: a cost per drafting step
+
+
+def is_parallel(name: str) -> bool:
+    """Whether method ``name`` (a proposer name, optionally ``name@K``) drafts in one forward per step."""
+    return name.split("@")[0] in PARALLEL_DRAFTERS
+
+
 @dataclass(frozen=True)
 class RunCosts:
     """What a timed run says about a method's costs, in seconds per decode step (prefill left out):
     the target's one-token forward in that run (``t1``, from plain decoding's run), the drafter's time
-    per drafted token (``draft``), and the engine's own time per step outside the target and the
-    drafter, on the method's steps (``overhead``) and on plain decoding's (``plain_overhead``)."""
+    per drafted token (``draft``; 0 for a parallel drafter) or per drafting step (``draft_step``; a
+    parallel drafter's one forward, else 0), and the engine's own time per step outside the target
+    and the drafter, on the method's steps (``overhead``) and on plain decoding's (``plain_overhead``)."""
 
     profile: AcceptanceProfile
     t1: float
     draft: float
     overhead: float
     plain_overhead: float
+    draft_step: float = 0.0
 
 
 def run_costs(counters: dict, name: str, reference: str = "plain") -> RunCosts:
     """:class:`RunCosts` of method ``name`` from a run's pooled counters (``measure.routing``
     tables: vLLM's four counters plus steps, emitted, draft_length_counts, draft_time_s,
-    target_time_s, prefill_time_s and wall_time_s)."""
+    target_time_s, prefill_time_s and wall_time_s). A parallel drafter's time is charged per
+    drafting step (:func:`is_parallel`), every other drafter's per drafted token."""
     for m in (name, reference):
         if m not in counters:
             raise KeyError(f"no counters for {m!r}; have {sorted(k for k in counters if not k.startswith('_'))}")
@@ -448,6 +469,9 @@ def run_costs(counters: dict, name: str, reference: str = "plain") -> RunCosts:
         return max(0.0, (x["wall_time_s"] - x["target_time_s"] - x["draft_time_s"]) / x["steps"])
 
     t1 = (base["target_time_s"] - base["prefill_time_s"]) / base["steps"]
+    if is_parallel(name):
+        return RunCosts(AcceptanceProfile.from_counters(c), t1, 0.0, overhead(c), overhead(base),
+                        c["draft_time_s"] / max(c["spec_decode_num_drafts"], 1))
     return RunCosts(AcceptanceProfile.from_counters(c), t1,
                     c["draft_time_s"] / max(c["spec_decode_num_draft_tokens"], 1), overhead(c), overhead(base))
 
@@ -480,9 +504,9 @@ def predicted_vs_measured(counters: dict, cost_curve: dict, reference: str = "pl
         rc = run_costs(counters, name, reference)
         step = run_cost_curve(cost_curve, rc.t1)
         k = max(rc.profile.k, len(rc.profile.draft_length_counts or ()))
-        bare = advise(rc.profile, cost=step, draft_cost=rc.draft, ks=[k])
+        bare = advise(rc.profile, cost=step, draft_cost=rc.draft, ks=[k], draft_step_cost=rc.draft_step)
         full = advise(rc.profile, cost=step, draft_cost=rc.draft, ks=[k], overhead=rc.overhead,
-                      plain_overhead=rc.plain_overhead)
+                      plain_overhead=rc.plain_overhead, draft_step_cost=rc.draft_step)
         base = counters[reference]
         measured = (c["emitted"] / (c["wall_time_s"] - c["prefill_time_s"])) / \
             (base["emitted"] / (base["wall_time_s"] - base["prefill_time_s"]))
@@ -521,6 +545,20 @@ def machine_cost_curve(model, max_n: int = 10, refresh: bool = False) -> dict:
     return curve
 
 
+def stored_counters(name: str) -> dict:
+    """The stored pooled counters that hold drafter ``name``: the routing benchmark table
+    (``measure.routing``), or for the parallel drafter the table that measured it beside the
+    sequential draft model (``measure.parallel``)."""
+    from ..measure.routing import load_table
+
+    counters = load_table("benchmark")["meta"]["counters"]
+    if name not in counters and is_parallel(name):
+        from ..measure.parallel import load_parallel_table
+
+        counters = load_parallel_table("benchmark")["meta"]["counters"]
+    return counters
+
+
 def fitted_k(name: str, model, ks: Sequence[int] = range(1, 9), counters: dict | None = None) -> tuple:
     """The draft length the advisor predicts fastest for drafter ``name`` on this machine: its
     stored counters (``measure.routing``'s benchmark table, unless ``counters``) give the acceptance,
@@ -530,26 +568,31 @@ def fitted_k(name: str, model, ks: Sequence[int] = range(1, 9), counters: dict |
     decoding. :func:`load_fitted` builds the drafter with it.
     Chains only: a tree's node budget is not a prefix of a larger one (see the module docstring)."""
     if counters is None:
-        from ..measure.routing import load_table
-
-        counters = load_table("benchmark")["meta"]["counters"]
+        counters = stored_counters(name)
+    if is_parallel(name) and name not in counters:  # the run at the longest K covers every shorter one
+        runs = sorted((int(m.split("@")[1]), m) for m in counters if m.split("@")[0] == name and "@" in m)
+        if runs:
+            counters = {**counters, name: counters[runs[-1][1]]}
     if name not in counters or name == "plain":
         raise ValueError(f"no stored acceptance counters for {name!r}; k='auto' knows "
                          f"{sorted(k for k in counters if not k.startswith('_') and k != 'plain')}")
-    if name in ("medusa", "hydra", "eagle-tree"):
+    if name in ("medusa", "hydra", "eagle-tree", "pard-tree"):
         raise ValueError(f"{name!r} drafts a tree: k='auto' chooses a chain's K (a smaller tree is not a prefix "
                          "of a larger one); pass its node budget as k")
     if "plain" in counters:
         rc = run_costs(counters, name)
-        profile, rel = rc.profile, (rc.draft / rc.t1, rc.overhead / rc.t1, rc.plain_overhead / rc.t1)
+        profile = rc.profile
+        rel = (rc.draft / rc.t1, rc.overhead / rc.t1, rc.plain_overhead / rc.t1, rc.draft_step / rc.t1)
     else:  # bare acceptance counters with the run's one-token forward time
         c, t1_run = counters[name], counters["_t1_s"]
         profile = AcceptanceProfile.from_counters(c)
-        rel = (c["draft_time_s"] / max(c["spec_decode_num_draft_tokens"], 1) / t1_run, 0.0, 0.0)
+        rel = (c["draft_time_s"] / max(c["spec_decode_num_draft_tokens"], 1) / t1_run, 0.0, 0.0, 0.0)
+    if is_parallel(name):  # one forward drafts at most the positions it was trained for
+        ks = [k for k in ks if k <= profile.k] or [1]
     curve = machine_cost_curve(model, max_n=max(ks) + 1)
     t1_here = curve["times_s"][0]
     advice = advise(profile, cost=curve, draft_cost=rel[0] * t1_here, ks=ks, overhead=rel[1] * t1_here,
-                    plain_overhead=rel[2] * t1_here)
+                    plain_overhead=rel[2] * t1_here, draft_step_cost=rel[3] * t1_here)
     return advice.best_k(1), advice
 
 

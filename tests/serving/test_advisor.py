@@ -252,6 +252,54 @@ def test_a_drafter_that_skips_steps_and_drafts_short_is_predicted_exactly(bug, m
         assert row.drafting_share == pytest.approx(profile.drafting_share) and row.k == 5
 
 
+def parallel_run(k: int = 4, seed: int = 0, steps: int = 3000):
+    """A parallel drafter's run: every step drafts k tokens in ONE draft forward of 6 ms (whatever k),
+    kept with probabilities that fall with depth; forwards take exactly T(n)."""
+    rng = np.random.default_rng(seed)
+    T = lambda n: 0.02 * (1 + 0.05 * (n - 1))  # noqa: E731
+    stats, target = SpecStats(), 0.0
+    keep = [0.7, 0.5, 0.35, 0.25][:k]
+    for _ in range(steps):
+        kept = 0
+        while kept < k and rng.random() < keep[kept]:
+            kept += 1
+        stats.record_step(k, kept, kept + 1)
+        target += T(k + 1)
+    spec = {**{key.removeprefix("vllm:"): v for key, v in vllm_counters(stats).items()},
+            "steps": stats.steps, "emitted": stats.emitted,
+            "draft_length_counts": list(AcceptanceProfile.from_stats(stats).draft_length_counts),
+            "prefill_time_s": 0.1, "target_time_s": 0.1 + target, "draft_time_s": 0.006 * stats.steps}
+    spec["wall_time_s"] = spec["target_time_s"] + spec["draft_time_s"] + 0.002 * stats.steps
+    plain = {"steps": 1000, "emitted": 1000, "prefill_time_s": 0.1, "target_time_s": 0.1 + 1000 * T(1),
+             "draft_time_s": 0.0, "spec_decode_num_drafts": 0}
+    plain["wall_time_s"] = plain["target_time_s"] + 0.002 * 1000
+    curve = {"ns": list(range(1, 10)), "times_s": [T(n) for n in range(1, 10)]}
+    return {"plain": plain, f"pard@{k}": spec}, curve
+
+
+@pytest.mark.parametrize("bug", [None, "charged per drafted token"])
+def test_a_parallel_drafter_is_charged_one_forward_per_step(bug, monkeypatch):
+    """A parallel drafter pays its draft forward once per drafting step: charged so (run_costs'
+    draft_step), the prediction equals the measured speedup at its own K, and the cost it predicts
+    for a shorter K keeps the same drafting time. The planted bug charges the drafter per drafted
+    token as for a sequential draft, which must miss a K it did not run at."""
+    counters, curve = parallel_run()
+    if bug:
+        monkeypatch.setattr(advisor, "is_parallel", lambda name: False)
+    rc = advisor.run_costs(counters, "pard@4")
+    row = advisor.predicted_vs_measured(counters, curve).iloc[0]
+    assert row.measured_over_predicted == pytest.approx(1.0, abs=1e-9)  # at its own K both charges agree
+    step = advisor.run_cost_curve(curve, rc.t1)
+    k2 = advisor.step_cost(rc.profile, 2, step, draft_cost=rc.draft, overhead=rc.overhead,
+                           draft_step_cost=rc.draft_step)
+    expected = step(1, 3) + 0.006 + 0.002  # T(3) + one draft forward + the engine's time
+    if bug:
+        assert abs(k2 - expected) > 1e-3
+    else:
+        assert rc.draft == 0 and rc.draft_step == pytest.approx(0.006)
+        assert k2 == pytest.approx(expected, rel=1e-9)
+
+
 def test_tokens_per_decode_step_counts_steps_that_do_not_draft():
     counters, _, stats = skipping_run(seed=1, steps=3000)
     profile = AcceptanceProfile.from_counters(counters["ngram"])
