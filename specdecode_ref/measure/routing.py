@@ -156,6 +156,36 @@ def as_bench_frame(table: dict, methods: Sequence[str] | None = None):
     return df
 
 
+def with_method_from(table: dict, other: dict, method: str, name: str | None = None) -> dict:
+    """A copy of ``table`` with ``method`` from ``other`` (a table of the same prompts, timed in
+    another run) added as ``name`` (default: ``method``). Its seconds on each prompt are scaled by
+    the two runs' plain-decoding times on that prompt, so its speedup over plain is the one its own
+    run measured, now against this table's plain decoding; tokens, τ and prefill come as measured.
+    Two runs' drift then enters only through the ratio of their plain timings, prompt by prompt."""
+    import copy
+
+    name = method if name is None else name
+    _check_methods(other, [method, PLAIN])
+    if name in table["meta"]["methods"]:
+        raise ValueError(f"the table already has {name!r}")
+    theirs = {p["id"]: p for p in other["prompts"]}
+    missing = [p["id"] for p in table["prompts"] if p["id"] not in theirs]
+    if missing:
+        raise ValueError(f"the other table lacks {len(missing)} of this table's prompts, e.g. {missing[:3]}")
+    out = copy.deepcopy(table)
+    out["meta"]["methods"] = list(out["meta"]["methods"]) + [name]
+    out["meta"].setdefault("added_from_other_runs", {})[name] = {"method": method, "date": other["meta"]["date"]}
+    if method in other["meta"]["counters"]:
+        out["meta"]["counters"][name] = other["meta"]["counters"][method]
+    for p in out["prompts"]:
+        q = theirs[p["id"]]
+        p["seconds"][name] = q["seconds"][method] * p["seconds"][PLAIN] / q["seconds"][PLAIN]
+        for key in ("tokens", "tau", "prefill_s", "steps", "emitted", "accepted_per_pos", "drafting_steps", "drafted"):
+            if key in p and key in q:
+                p[key][name] = q[key][method]
+    return out
+
+
 def features_of(table: dict) -> list:
     """Each prompt's features as ``RouterPolicy`` reads them (hidden as an array)."""
     return [{**p["features"], "hidden": np.asarray(p["features"]["hidden"], dtype=float)} for p in table["prompts"]]
@@ -228,7 +258,7 @@ def _pooled(tok, sec, idx_rows, cols) -> np.ndarray:
 
 
 def evaluate(table: dict, choosers: dict, n_boot: int = 2000, confidence: float = 0.95, seed: int = 0,
-             picked: dict | None = None):
+             picked: dict | None = None, candidates: Sequence[str] | None = None):
     """Pooled speedup over plain decoding of each chooser, and its regret to the oracle, with
     paired bootstrap intervals (prompts resampled within each category).
 
@@ -238,13 +268,14 @@ def evaluate(table: dict, choosers: dict, n_boot: int = 2000, confidence: float 
     regret, regret_lo, regret_hi, and the share of prompts where it picked the oracle's choice.
     picked: for a chooser timed live (its column is its own method, e.g. ``"router"``), the
     candidate it chose on each prompt; without it that chooser's oracle agreement is NaN (unknown),
-    not 0.
+    not 0. candidates: the methods the oracle chooses among (default: ``CANDIDATES`` present in
+    the table; pass more when a chooser may pick a method the router never had).
     """
     import pandas as pd
 
     n = len(table["prompts"])
     methods = list(table["meta"]["methods"])
-    cands = [c for c in CANDIDATES if c in methods]
+    cands = [c for c in (CANDIDATES if candidates is None else candidates) if c in methods]
     tok, sec = rates(table, methods)
     col = {m: i for i, m in enumerate(methods)}
     oracle = oracle_choices(table, cands)

@@ -26,6 +26,9 @@ matrix-product code in fp32), and after that the contexts differ.
     python -m specdecode_ref.measure.served_drafters --drafters eagle3 medusa draft \\
         --per-category 2 --max-new-tokens 48 --out specdecode_ref/data/measured/served_drafters.json
 
+"pard" (the parallel drafter) is served as vLLM's ``draft_model`` with ``parallel_drafting``: K − 1
+copies of the export's ``pard_token`` after the committed tokens, K drafts from one forward.
+
 The stored result (:func:`load_served`) lets notebooks 07 and 08 show the table without vLLM.
 """
 from __future__ import annotations
@@ -40,13 +43,18 @@ from .suffix_vllm import (COUNTERS, SIDE_NAMES, SIDES, first_difference, load_st
 from .suffix_vllm import totals as _totals
 
 DEFAULT_PATH = Path(__file__).resolve().parents[1] / "data" / "measured" / "served_drafters.json"
-RECORD = {"draft": "eagle", "eagle": "eagle", "eagle3": "eagle", "medusa": "medusa"}  # vLLM's proposer class
+# vLLM's proposer class whose drafts are recorded (suffix_vllm._record_vllm_drafts): "eagle" is
+# SpecDecodeBaseProposer, the base of EagleProposer and of DraftModelProposer (draft_model, and PARD:
+# draft_model with parallel_drafting).
+RECORD = {"draft": "eagle", "eagle": "eagle", "eagle3": "eagle", "medusa": "medusa", "pard": "eagle"}
 
 
 def our_proposer(name: str, model, k: int, head=None):
     """Our proposer for the exported drafter ``name``, drafting as vLLM does: greedy chains of k
-    tokens (Medusa: one token per head, the argmax over the full vocabulary, as the export).
-    head: an EAGLE-3 head (FusedEagleHead or weights file) for "eagle3"; None: the shipped file."""
+    tokens (Medusa: one token per head, the argmax over the full vocabulary, as the export; PARD:
+    the argmax of each of k positions of one forward, over the full vocabulary).
+    head: an EAGLE-3 head (FusedEagleHead or weights file) for "eagle3", the parallel drafter's
+    weights file for "pard"; None: the shipped file."""
     if name == "draft":
         from ..proposers.draft_model import DraftModelProposer, load_draft_model
 
@@ -63,6 +71,11 @@ def our_proposer(name: str, model, k: int, head=None):
         from ..proposers.medusa import load_medusa_proposer
 
         return load_medusa_proposer(model, k=k, tree=False, reduced_vocab=False)
+    if name == "pard":
+        from ..proposers.parallel_draft import PARD_WEIGHTS, ParallelDraftProposer, load_parallel_draft
+
+        draft = load_parallel_draft(model, PARD_WEIGHTS if head is None else head)
+        return ParallelDraftProposer(draft, k=k, draft_vocab=None, draft_sampling="greedy")
     raise ValueError(f"no served comparison for {name!r}; choose from {sorted(RECORD)}")
 
 
@@ -90,8 +103,10 @@ def compare_served(model, tokenizer, name: str, messages: list, *, k: int = 3, m
 
     messages: a list of chat messages (a string or a list of {role, content}) or of
     ``{"id", "messages", "category"}`` items. model: the embedded model in fp32. k: draft tokens
-    per step (Medusa: its number of heads). Returns ``{"meta", "rows", "totals", "per_position"}``
-    (JSON-ready; rows as :mod:`suffix_vllm`'s, so its ``summarize`` and ``request_table`` apply).
+    per step (Medusa: its number of heads; PARD: at most its trained positions). head: for "eagle3"
+    an EAGLE-3 head or weights file, for "pard" the parallel drafter's weights file (None: shipped).
+    Returns ``{"meta", "rows", "totals", "per_position"}`` (JSON-ready; rows as :mod:`suffix_vllm`'s,
+    so its ``summarize`` and ``request_table`` apply).
     """
     import tempfile
 
@@ -107,7 +122,9 @@ def compare_served(model, tokenizer, name: str, messages: list, *, k: int = 3, m
     model_dir = cache_dir() / EMBEDDED if model_dir is None else model_dir
     with tempfile.TemporaryDirectory(prefix=f"specdecode-{name}-") as tmp:
         out = Path(export_dir) if export_dir is not None else Path(tmp) / name
-        extra = {"head": head} if name == "eagle3" and head is not None else {}
+        extra = {}
+        if head is not None and name in ("eagle3", "pard"):
+            extra = {"head" if name == "eagle3" else "path": head}
         out, config = export_drafter(name, out, k=None if name == "medusa" else k, target=model, **extra)
         k = config["num_speculative_tokens"]
         t0 = time.perf_counter()
@@ -212,8 +229,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--drafters", nargs="+", default=["eagle3", "medusa", "draft"], choices=sorted(RECORD))
     parser.add_argument("--per-category", type=int, default=2, help="benchmark prompts per category")
     parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--k", type=int, default=3, help="draft tokens per step (Medusa: its heads)")
+    parser.add_argument("--k", type=int, default=3,
+                        help="draft tokens per step (Medusa: its heads; PARD: at most its trained positions)")
     parser.add_argument("--eagle3", default=None, help="EAGLE-3 weights file (default: the shipped one)")
+    parser.add_argument("--pard", default=None, help="parallel drafter weights file (default: the shipped one)")
     parser.add_argument("--out", default=str(DEFAULT_PATH))
     args = parser.parse_args(argv)
 
@@ -231,7 +250,7 @@ def main(argv=None) -> dict:
     for name in args.drafters:
         print(f"{name}: exporting, serving in vLLM, decoding with ours ...", flush=True)
         results[name] = compare_served(model, tok, name, messages, k=args.k, max_new_tokens=args.max_new_tokens,
-                                       head=args.eagle3 if name == "eagle3" else None)
+                                       head={"eagle3": args.eagle3, "pard": args.pard}.get(name))
     meta = {"cpu": cpu_name(), "torch": torch.__version__, "date": datetime.date.today().isoformat(),
             "per_category": args.per_category, "prompts": len(messages), "max_new_tokens": args.max_new_tokens,
             "command": "python -m specdecode_ref.measure.served_drafters " + " ".join(

@@ -151,7 +151,7 @@ _REGISTRY = {
     "medusa-chain": (_medusa_chain, 3),
     "hydra": (_hydra, 8),
     "hydra-chain": (_hydra_chain, 3),
-    "pard": (_pard, 4),
+    "pard": (_pard, 2),  # fastest K of the parallel drafter on the benchmark (notebook 13)
     "pard-tree": (_pard_tree, 8),
     "eagle": (_eagle, 2),
     "eagle-tree": (_eagle_tree, 16),

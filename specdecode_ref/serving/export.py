@@ -11,6 +11,9 @@ engine's naming.
     export_eagle3_head(out_dir)   an EAGLE-3 head in vLLM's Eagle3LlamaForCausalLM layout (vLLM
                                   "eagle3"): the same function, weight for weight
     export_medusa_heads(out_dir)  the shipped Medusa heads as vLLM's MedusaModel (vLLM "medusa")
+    export_parallel_draft(out_dir)  the parallel drafter (PARD) as a standalone Hugging Face Llama
+                                  model with its mask token on a reserved id (vLLM "draft_model"
+                                  with ``parallel_drafting``)
 
     export_drafter(name, out_dir, k)  any of them by the proposer's name, with the
                                   ``speculative_config`` that serves it in vLLM
@@ -262,30 +265,122 @@ def export_medusa_heads(out_dir, heads=None, target=None, draft_vocab=None,
     return out_dir
 
 
-VLLM_METHODS = {"draft": "draft_model", "eagle": "eagle", "eagle3": "eagle3", "medusa": "medusa"}
+PARD_TOKEN = "<gh_stars>"  # the reserved token whose embedding row the exported parallel drafter's mask takes
+
+
+def _pard_token_id(pard_token, vocab_size: int) -> int:
+    """The id of ``pard_token`` (None: :data:`PARD_TOKEN`; a token string or an id), checked to be one
+    of the embedded tokenizer's reserved special tokens: never a chat-template token (BOS, EOS, PAD,
+    UNK) and below the vocabulary size."""
+    from transformers import AutoTokenizer
+
+    from ..models import EMBEDDED, cache_dir, prepare_embedded
+
+    prepare_embedded(verbose=False)
+    tok = AutoTokenizer.from_pretrained(cache_dir() / EMBEDDED)
+    special = {i for i, t in tok.added_tokens_decoder.items() if getattr(t, "special", False)}
+    used = {tok.bos_token_id, tok.eos_token_id, tok.pad_token_id, tok.unk_token_id}
+    allowed = sorted(special - used)
+    pard_token = PARD_TOKEN if pard_token is None else pard_token
+    if isinstance(pard_token, str):
+        token_id = tok.convert_tokens_to_ids(pard_token)
+        if token_id is None or token_id == tok.unk_token_id:
+            raise ValueError(f"{pard_token!r} is not a token of the embedded tokenizer; reserved ids: {allowed}")
+    elif isinstance(pard_token, int) and not isinstance(pard_token, bool):
+        token_id = pard_token
+    else:
+        raise ValueError(f"pard_token must be a token string or an id, got {pard_token!r}")
+    if not 0 <= token_id < vocab_size or token_id not in allowed:
+        raise ValueError(f"pard_token {pard_token!r} (id {token_id}) must be a reserved special token that chat "
+                         f"text does not use, one of ids {allowed}")
+    return int(token_id)
+
+
+def export_parallel_draft(out_dir, target=None, path=None, pard_token=None,
+                          dtype: torch.dtype = torch.float32) -> Path:
+    """Write the parallel drafter (``proposers/parallel_draft.py``, PARD) as a standalone Hugging Face
+    ``LlamaForCausalLM`` directory for vLLM's parallel drafting: ``speculative_config={"method":
+    "draft_model", "model": out_dir, "parallel_drafting": True, "num_speculative_tokens": k}``.
+
+    Ours is the shipped 4-layer draft model with a low-rank update merged into its projections
+    (``load_parallel_draft``) and one learned mask embedding at id V, one past the vocabulary. vLLM
+    wants the draft's vocabulary to be the target's (49,152) and reads the mask id from config.json
+    (``pard_token``), so the mask takes the row of a reserved token instead: ``pard_token`` (None:
+    :data:`PARD_TOKEN`, ``<gh_stars>``, a code-corpus metadata token that neither the chat template
+    nor chat text produces). That row of the input embeddings is the mask vector; the output
+    projection stays the target's own (untied: ``tie_word_embeddings`` false, ``lm_head.weight`` =
+    the target's embedding matrix), so the logits are ours to the last row. A context that did
+    contain the reserved token would read the mask vector in the draft; only acceptance could change.
+
+    config.json also records ``pard_positions``: the positions one forward was trained to draft (the
+    largest k to serve). path: the parallel drafter's weights (None: the shipped file). target: the
+    embedded target (fp32 on the CPU when None). dtype: of the written weights.
+    """
+    from ..proposers.parallel_draft import PARD_WEIGHTS, load_parallel_draft, masked_embedding
+
+    out_dir = Path(out_dir)
+    target = _embedded_target(target)
+    token_id = _pard_token_id(pard_token, int(target.config.vocab_size))
+    draft = load_parallel_draft(target, PARD_WEIGHTS if path is None else path)
+    masked = masked_embedding(draft)
+    V = int(masked.weight.shape[0])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    embed = masked.weight.detach().clone()
+    embed[token_id] = masked.mask.detach().to(embed.dtype)
+    state = {"model.embed_tokens.weight": embed, "lm_head.weight": draft.get_output_embeddings().weight}
+    state.update({k: v for k, v in draft.state_dict().items()
+                  if not k.startswith(("model.embed_tokens.", "lm_head."))})
+    state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in state.items()}
+    config = draft.config.to_dict()
+    config.pop("init_layers", None)
+    config.update({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": draft.config.num_hidden_layers,
+                   "vocab_size": V, "dtype": str(dtype).replace("torch.", ""), "tie_word_embeddings": False,
+                   "pard_token": token_id, "pard_positions": masked.positions})
+    for key in ("mask_token_id", "dspark_noise_token_id", "ptd_token_id"):  # vLLM reads these before pard_token
+        config.pop(key, None)
+    from safetensors.torch import save_file
+
+    save_file(state, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    (out_dir / "config.json").write_text(json.dumps(_clean(config), indent=2))
+    draft.generation_config.save_pretrained(out_dir)
+    _copy_tokenizer(out_dir)
+    return out_dir
+
+
+VLLM_METHODS = {"draft": "draft_model", "eagle": "eagle", "eagle3": "eagle3", "medusa": "medusa",
+                "pard": "draft_model"}
 
 
 def export_drafter(name: str, out_dir, k: int | None = None, target=None, **kwargs) -> tuple:
-    """Export the drafter ``name`` ("draft", "eagle", "eagle3", "medusa": as ``load_proposer``
+    """Export the drafter ``name`` ("draft", "eagle", "eagle3", "medusa", "pard": as ``load_proposer``
     names them) and return ``(model_dir, speculative_config)`` for vLLM's ``LLM(...,
     speculative_config=...)``. k: draft tokens per step (default 3; Medusa: its number of heads,
-    the only k vLLM's Medusa takes). kwargs go to the drafter's export function."""
+    the only k vLLM's Medusa takes; PARD: at most the positions it was trained to draft, which is
+    also its default, and the config adds ``"parallel_drafting": True``). kwargs go to the
+    drafter's export function."""
     if name not in VLLM_METHODS:
         raise ValueError(f"no vLLM export for {name!r}; exportable: {sorted(VLLM_METHODS)} (vLLM builds "
                          "n-gram and suffix drafters itself: vllm_runner.ngram_config / suffix_config)")
     write = {"draft": export_draft_model, "eagle": export_eagle_head, "eagle3": export_eagle3_head,
-             "medusa": export_medusa_heads}[name]
+             "medusa": export_medusa_heads, "pard": export_parallel_draft}[name]
     out = write(out_dir, target=target, **kwargs)
     if name == "medusa":
         heads = json.loads((out / "config.json").read_text())["num_heads"]
         if k is not None and k != heads:
             raise ValueError(f"vLLM's Medusa drafts one token per head: k must be {heads}, got {k}")
         k = heads
-    k = 3 if k is None else k
+    positions = json.loads((out / "config.json").read_text())["pard_positions"] if name == "pard" else None
+    k = (3 if positions is None else positions) if k is None else k
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise ValueError(f"k must be an int >= 1, got {k!r}")
-    return out, {"method": VLLM_METHODS[name], "model": str(out), "num_speculative_tokens": k}
+    config = {"method": VLLM_METHODS[name], "model": str(out), "num_speculative_tokens": k}
+    if name == "pard":
+        if k > positions:
+            raise ValueError(f"the parallel drafter was trained to draft {positions} positions per forward "
+                             f"({positions - 1} mask tokens); k must be at most {positions}, got {k}")
+        config["parallel_drafting"] = True
+    return out, config
 
 
-__all__ = ["export_draft_model", "export_eagle_head", "export_eagle3_head", "export_medusa_heads", "export_drafter",
-           "VLLM_METHODS"]
+__all__ = ["export_draft_model", "export_eagle_head", "export_eagle3_head", "export_medusa_heads",
+           "export_parallel_draft", "export_drafter", "PARD_TOKEN", "VLLM_METHODS"]

@@ -66,3 +66,27 @@ def test_bad_choices_are_refused():
         routing.log_speedups(t, ["plain", "medusa"])
     with pytest.raises(ValueError, match="split must be"):
         routing.table_path("train")
+
+
+def test_a_method_from_another_run_keeps_its_own_speedup_over_plain():
+    """A method timed in another run (whose machine was twice as slow) joins the table with the
+    speedup over plain that its own run measured, prompt by prompt; scaling by the other run's
+    absolute seconds instead (the planted slip) would halve it."""
+    t, other = table(seed=0), table(seed=0)
+    for p in other["prompts"]:
+        p["seconds"] = {m: 2 * s for m, s in p["seconds"].items()}
+        p["seconds"]["pard"] = p["seconds"]["plain"] / 1.3
+        p["tokens"]["pard"] = 40
+        p["tau"]["pard"] = 1.5
+    other["meta"]["methods"] = METHODS + ["pard"]
+    other["meta"]["counters"] = {}
+    merged = routing.with_method_from(t, other, "pard")
+    out = routing.evaluate(merged, {"pard": ["pard"] * 12}).set_index("chooser")
+    assert out.loc["pard", "speedup"] == pytest.approx(1.3)
+    slip = routing.evaluate({**merged, "prompts": [{**p, "seconds": {**p["seconds"], "pard": q["seconds"]["pard"]}}
+                                                   for p, q in zip(merged["prompts"], other["prompts"])]},
+                            {"pard": ["pard"] * 12}).set_index("chooser")
+    assert slip.loc["pard", "speedup"] == pytest.approx(0.65)
+    assert routing.best_single(merged, METHODS + ["pard"]) == "pard" and "pard" not in t["meta"]["methods"]
+    with pytest.raises(ValueError, match="already has"):
+        routing.with_method_from(merged, other, "pard")

@@ -177,3 +177,49 @@ def test_medusa_export_computed_as_vllm_does_gives_our_chain(embedded, tmp_path,
         theirs = torch.stack(drafts, 1)  # [n, heads]
         ours = torch.stack([P.head.to_token(P.head_logits(h[t]).argmax(-1)) for t in range(h.shape[0])])
     assert torch.equal(theirs, ours)
+
+
+# --- the parallel drafter (PARD): vLLM's draft_model with parallel_drafting -----------------------
+
+def test_parallel_draft_export_gives_our_position_logits(embedded, tmp_path):
+    """The export is a plain untied Llama whose reserved ``pard_token`` row holds our mask vector:
+    context + K - 1 copies of it give, at the last K positions, the logits our parallel drafter
+    computes from one forward with its own mask id (one past the vocabulary)."""
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    from specdecode_ref import kv
+    from specdecode_ref.proposers.parallel_draft import ParallelDraftProposer, load_parallel_draft
+    from specdecode_ref.serving.export import PARD_TOKEN, export_drafter
+
+    model, tok = embedded
+    out, spec = export_drafter("pard", tmp_path / "pard", target=model)
+    config = json.loads((out / "config.json").read_text())
+    V, K, m = model.config.vocab_size, config["pard_positions"], config["pard_token"]
+    assert spec == {"method": "draft_model", "model": str(out), "num_speculative_tokens": K, "parallel_drafting": True}
+    assert config["vocab_size"] == V == 49152 and config["tie_word_embeddings"] is False
+    assert config["num_hidden_layers"] == 4 and "mask_token_id" not in config  # vLLM would read that one first
+    assert 0 <= m < V and tok.convert_tokens_to_ids(PARD_TOKEN) == m
+    assert tok.added_tokens_decoder[m].special and m not in (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id)
+    assert AutoTokenizer.from_pretrained(out).convert_tokens_to_ids(PARD_TOKEN) == m
+
+    state = load_file(str(out / "model.safetensors"))
+    emb = model.get_input_embeddings().weight
+    assert torch.equal(state["lm_head.weight"], model.get_output_embeddings().weight)  # the logits stay the target's
+    assert torch.equal(state["model.embed_tokens.weight"][:m], emb[:m])
+    assert torch.equal(state["model.embed_tokens.weight"][m + 1:], emb[m + 1:])
+
+    hf = LlamaForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    P = ParallelDraftProposer(load_parallel_draft(model), k=K, draft_vocab=None, draft_sampling="greedy")
+    ids = tok("Rewrite this function with type hints: def area(w, h): return w * h", return_tensors="pt").input_ids
+    with torch.no_grad():
+        P.cache = kv.new_cache(P.model)
+        ours = P.position_logits(ids[0].tolist(), K)  # [K, V]
+        x = torch.cat([ids, torch.full((1, K - 1), m)], dim=1)
+        theirs = hf(input_ids=x).logits[0, -K:]
+    assert ours.shape == theirs.shape == (K, V)
+    torch.testing.assert_close(theirs, ours, atol=1e-4, rtol=0)
+    assert torch.equal(theirs.argmax(-1), ours.argmax(-1))
+    with pytest.raises(ValueError, match="at most"):
+        export_drafter("pard", tmp_path / "pard-long", k=K + 1, target=model)
+    with pytest.raises(ValueError, match="reserved special token"):
+        export_drafter("pard", tmp_path / "pard-eos", target=model, pard_token=tok.eos_token_id)
