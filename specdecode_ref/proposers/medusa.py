@@ -73,7 +73,7 @@ import torch
 from .. import trees
 from .base import DecodeState, Draft, Proposer, StepOutcome, resolve_draft_sampling
 from .drafting import choose_tokens
-from .shipped import (WEIGHTS_DIR, load_weights, require_embedded, require_file, require_same_target, save_weights,
+from .shipped import (WEIGHTS_DIR, decoded_metadata, load_weights, require_embedded, require_file, require_same_target, save_weights,
                       shipped_vocab, weights_metadata)
 from .vocab import VocabHead
 
@@ -243,13 +243,7 @@ def save_medusa_heads(heads, path=MEDUSA_WEIGHTS, meta: dict | None = None, targ
 
 def medusa_metadata(path=MEDUSA_WEIGHTS) -> dict:
     """The weights' metadata with JSON values decoded (rank_accuracy, top1, top5, choices, ...)."""
-    out = {}
-    for k, v in weights_metadata(path).items():
-        try:
-            out[k] = json.loads(v)
-        except (json.JSONDecodeError, TypeError):
-            out[k] = v
-    return out
+    return decoded_metadata(path)
 
 
 def load_medusa_heads(target, path=MEDUSA_WEIGHTS):

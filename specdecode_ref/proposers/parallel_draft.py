@@ -50,7 +50,7 @@ from .. import decoder, kv, trees
 from .base import Draft, Proposer, DecodeState, StepOutcome, resolve_draft_sampling
 from .draft_model import BatchedDraftModelProposer, check_same_vocabulary, fit_logits, load_draft_model, vocab_size_of
 from .drafting import choose_tokens
-from .shipped import WEIGHTS_DIR, load_weights, require_embedded, require_file, save_weights, weights_metadata
+from .shipped import decoded_metadata, WEIGHTS_DIR, load_weights, require_embedded, require_file, save_weights, weights_metadata
 from .vocab import VocabHead
 
 PARD_WEIGHTS = WEIGHTS_DIR / "smollm2-135m-pard.safetensors"
@@ -135,13 +135,7 @@ def save_parallel_draft(factors: dict, mask: torch.Tensor, positions: int, scale
 
 def pard_metadata(path=PARD_WEIGHTS) -> dict:
     """The weights' metadata with JSON values decoded (rank_accuracy, agreement per offset, ...)."""
-    out = {}
-    for k, v in weights_metadata(path).items():
-        try:
-            out[k] = json.loads(v)
-        except (json.JSONDecodeError, TypeError):
-            out[k] = v
-    return out
+    return decoded_metadata(path)
 
 
 def merge_low_rank(draft, state: dict, scale: float) -> None:

@@ -73,6 +73,19 @@ def weights_metadata(path) -> dict:
         return dict(f.metadata() or {})
 
 
+def decoded_metadata(path) -> dict:
+    """The weights' metadata with JSON values decoded (lists, dicts, numbers); other strings as written."""
+    import json
+
+    out = {}
+    for k, v in weights_metadata(path).items():
+        try:
+            out[k] = json.loads(v)
+        except (json.JSONDecodeError, TypeError):
+            out[k] = v
+    return out
+
+
 def shipped_vocab(reduced_vocab: bool = True):
     """The shipped 8,192-token draft vocabulary (LongTensor of ids), or None for the full one."""
     from .vocab import load_vocab
