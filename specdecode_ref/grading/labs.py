@@ -129,10 +129,25 @@ def which_lab(path: Path, lab: Lab, candidates: list) -> tuple[str, str]:
     return "", ""
 
 
+def submission_in(folder: Path, lab: Lab) -> Path | None:
+    """The file one student handed in for ``lab`` inside their ``folder``, tried in this order:
+    ``labNN_topic/student.py``, ``labNN*/student.py``, ``labs/labNN_topic/student.py`` (a copy of
+    the course), ``labNN_topic.py``, ``student.py``, or the folder's only ``.py`` file; None if
+    none of these is there."""
+    folder = Path(folder)
+    candidates = [folder / lab.name / "student.py"]
+    candidates += sorted(p / "student.py" for p in folder.iterdir() if p.is_dir() and p.name.startswith(lab.number))
+    candidates += [folder / "labs" / lab.name / "student.py", folder / f"{lab.name}.py", folder / "student.py"]
+    found = next((c for c in candidates if c.is_file()), None)
+    if found is None:
+        pys = sorted(folder.glob("*.py"))
+        found = pys[0] if len(pys) == 1 else None
+    return found.resolve() if found else None
+
+
 def find_submissions(folder, lab: Lab) -> list:
-    """One submission per entry of ``folder``: ``NAME.py``, or a folder ``NAME/`` holding
-    ``NAME/labNN_topic/student.py``, ``NAME/labNN*/student.py``, ``NAME/labNN_topic.py``,
-    ``NAME/student.py`` or a single ``.py`` file (tried in that order)."""
+    """One submission per entry of ``folder``: ``NAME.py``, or a folder ``NAME/`` holding the
+    student's file (see :func:`submission_in`)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise SystemExit(f"--submissions {folder}: not a folder")
@@ -143,15 +158,8 @@ def find_submissions(folder, lab: Lab) -> list:
         if entry.is_file() and entry.suffix == ".py":
             subs.append(Submission(entry.stem, entry.resolve()))
         elif entry.is_dir():
-            candidates = [entry / lab.name / "student.py"]
-            candidates += sorted(p / "student.py" for p in entry.iterdir() if p.is_dir() and p.name.startswith(lab.number))
-            candidates += [entry / f"{lab.name}.py", entry / "student.py"]
-            found = next((c for c in candidates if c.is_file()), None)
-            if found is None:
-                pys = sorted(entry.glob("*.py"))
-                found = pys[0] if len(pys) == 1 else None
-            subs.append(Submission(entry.name, found.resolve() if found else None,
-                                   "" if found else f"no student.py for {lab.name} in {entry}"))
+            found = submission_in(entry, lab)
+            subs.append(Submission(entry.name, found, "" if found else f"no student.py for {lab.name} in {entry}"))
     return subs
 
 

@@ -28,6 +28,7 @@ so mutants never share state.
 """
 from __future__ import annotations
 
+import ast
 import importlib.util
 import sys
 from pathlib import Path
@@ -73,3 +74,38 @@ def one_mistake(module_globals: dict) -> _Patch:
     spec.loader.exec_module(base)
     module_globals.update({k: v for k, v in vars(base).items() if not k.startswith("__")})
     return _Patch(base)
+
+
+
+def _is_patch(node) -> bool:
+    """``@patch`` or ``@patch(SomeClass)``: the decorator :func:`one_mistake` returns."""
+    return getattr(node, "id", None) == "patch" or getattr(getattr(node, "func", None), "id", None) == "patch"
+
+
+def as_one_file(path) -> str:
+    """A planted bug or mutant written out as one student file: the lab's ``solution.py`` with the
+    replaced functions appended (a later ``def`` of the same name wins, as a student's edit would)
+    and, for a replaced method, its assignment into the class. This is what a student with that one
+    mistake would hand in, and it needs nothing from the lab folder (the Gradescope autograder's
+    zip carries no solution)."""
+    path = Path(path).resolve()
+    solution = (path.parents[1] / "solution.py").read_text()
+    source = path.read_text()
+    tree = ast.parse(source)
+    doc = ast.get_docstring(tree)
+    parts = [f"# ---- {path.parent.name}/{path.name}: {doc.strip().splitlines()[0] if doc else 'one mistake'}"]
+    for node in tree.body:
+        if (node is tree.body[0] and doc is not None
+                or isinstance(node, ast.ImportFrom) and (node.module == "__future__"
+                                                         or any(a.name == "one_mistake" for a in node.names))
+                or isinstance(node, ast.Assign) and getattr(getattr(node.value, "func", None), "id", None) == "one_mistake"):
+            continue  # the docstring and one_mistake's machinery
+        text = ast.get_source_segment(source, node)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            kept = [ast.get_source_segment(source, d) for d in node.decorator_list if not _is_patch(d)]
+            text = "".join(f"@{d}\n" for d in kept) + text
+            for d in node.decorator_list:
+                if isinstance(d, ast.Call) and _is_patch(d):
+                    text += f"\n\n\n{ast.get_source_segment(source, d.args[0])}.{node.name} = {node.name}"
+        parts.append(text)
+    return solution.rstrip() + "\n\n\n" + "\n\n\n".join(parts) + "\n"

@@ -24,13 +24,38 @@ def tamper_attempts() -> list:
 
 def _write_tamper_submissions(lab: Lab, folder: Path) -> list:
     """Each tamper attempt appended to the lab's untouched stubs (an honest score of 0)."""
-    stubs = (lab.dir / "student.py").read_text()
     subs = []
     for attempt in tamper_attempts():
         path = folder / f"{attempt.stem}.py"
-        path.write_text(f"{stubs}\n\n# ---- {attempt.name}: a try at changing the grade ----\n{attempt.read_text()}")
+        path.write_text(tampering_file(lab, attempt))
         subs.append(Submission(f"tamper:{attempt.stem}", path, role="tamper attempt"))
     return subs
+
+
+def tampering_file(lab: Lab, attempt: Path) -> str:
+    """A tamper attempt appended to the lab's untouched stubs (an honest score of 0)."""
+    stubs = (lab.dir / "student.py").read_text()
+    return f"{stubs}\n\n# ---- {attempt.name}: a try at changing the grade ----\n{attempt.read_text()}"
+
+
+def sample_submissions(lab_dir, out) -> dict:
+    """Three students' files whose grades are known, for trying the whole grading path as an
+    instructor would: ``correct.py`` (the worked solution: 100 %), ``buggy.py`` (the first planted
+    bug, written out as one file: loses the points its docstring names) and ``tampering.py`` (the
+    stubs plus a try at rewriting the results: "tampered", 0 points). Written into ``out``;
+    returns {name: path}."""
+    from .mutation import as_one_file
+
+    lab = Lab.open(lab_dir)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"correct.py": (lab.dir / "solution.py").read_text(), "buggy.py": as_one_file(lab.planted_bugs[0]),
+             "tampering.py": tampering_file(lab, tamper_attempts()[0])}
+    paths = {}
+    for name, text in files.items():
+        paths[name] = out / name
+        paths[name].write_text(text)
+    return paths
 
 
 def self_test_submissions(lab: Lab) -> list:
