@@ -87,7 +87,14 @@ def _gradescope_main(argv: list) -> int:
     return 0
 
 
+def _upload_name(path: Path) -> str:
+    """A student's name from their file or folder, as --submission names it."""
+    return path.parent.name if path.name == "student.py" else path.stem if path.is_file() else path.name
+
+
 def _gradescope_try_main(argv: list) -> int:
+    import json
+
     from .autograder import try_autograder
     from .report import table
 
@@ -98,17 +105,35 @@ def _gradescope_try_main(argv: list) -> int:
     tp.add_argument("--submission", action="append", required=True, metavar="FILE",
                     help="a student's file (uploaded as student.py) or folder (repeatable)")
     tp.add_argument("--root", help="the folder that plays /autograder (default: a new temporary folder)")
+    tp.add_argument("--compare", metavar="REPORT",
+                    help="the local grader's report.json for the same students: print its points beside "
+                         "Gradescope's and fail unless every student's points and status agree")
     ta = tp.parse_args(argv)
-    root, results = try_autograder(ta.zip, ta.submission, root=ta.root)
-    rows = []
-    for f, r in zip(ta.submission, results):
+    uploads = [Path(f).resolve() for f in ta.submission]
+    local = {}
+    if ta.compare:
+        local = {r["student"]: r for r in json.loads(Path(ta.compare).read_text())["submissions"]}
+    root, results = try_autograder(ta.zip, uploads, root=ta.root)
+    rows, disagree = [], []
+    for up, r in zip(uploads, results):
         extra = r.get("extra_data", {})
-        rows.append([f, f"{r['score']:g}", f"{extra.get('max_score', 0):g}", extra.get("status", ""),
-                     f"{sum(t['visibility'] == 'visible' for t in r['tests'])} visible, "
-                     f"{sum(t['visibility'] != 'visible' for t in r['tests'])} hidden"])
-    print(table(rows, ["submission", "score", "max", "status", "tests"], "lrrll"))
+        name = _upload_name(up)
+        row = [name, f"{r['score']:g}", f"{extra.get('max_score', 0):g}", extra.get("status", ""),
+               f"{sum(t['visibility'] == 'visible' for t in r['tests'])} visible, "
+               f"{sum(t['visibility'] != 'visible' for t in r['tests'])} hidden"]
+        if ta.compare:
+            loc = local.get(name)
+            same = loc is not None and loc["score"] == r["score"] and loc["status"] == extra.get("status")
+            row += [f"{loc['score']:g} ({loc['status']})" if loc else "not in the report", "yes" if same else "NO"]
+            if not same:
+                disagree.append(name)
+        rows.append(row)
+    header = ["submission", "score", "max", "status", "tests"] + (["local grader", "same"] if ta.compare else [])
+    print(table(rows, header, "lrrll" + ("ll" if ta.compare else "")))
     print(f"\nresults: {root}/results/results.json (the last submission's); setup log: {root}/setup.log")
-    return 0
+    if disagree:
+        print(f"Gradescope and the local grader disagree on: {', '.join(disagree)}")
+    return 1 if disagree else 0
 
 
 def _gradebook_main(argv: list) -> int:
