@@ -30,8 +30,11 @@ The package, by purpose:
     runner.py     one process per submission; its verdicts, checked against pytest's own output
     report.py     report.json, scores.csv and the printed tables
     selftest.py   reference 100 %, stubs 0, every planted bug and mutant loses points, every
-                  tamper attempt (tamper_attempts/*.py) is caught
+                  tamper attempt (tamper_attempts/*.py) is caught; sample submissions
     handouts.py   what students get (handout)
+    gradebook.py  the class's grade book: a row per student, a column per lab
+    gradescope.py inside Gradescope's container: grade the upload, write results.json
+    autograder.py a lab as a Gradescope autograder zip (autograder_scripts/), tried locally
     cli.py        ``python -m specdecode_ref.grading`` (``__main__.py``)
 
 Command line (``python -m specdecode_ref.grading --help``)::
@@ -42,6 +45,10 @@ Command line (``python -m specdecode_ref.grading --help``)::
     python -m specdecode_ref.grading labs/lab0* --submissions collected/ --out grades/
     python -m specdecode_ref.grading labs/lab0* --self-test     # reference 100 %, stubs 0, bugs < 100 %
     python -m specdecode_ref.grading handout labs/lab01_rejection_sampler --out handout/
+    python -m specdecode_ref.grading samples labs/lab01_rejection_sampler --out submissions/
+    python -m specdecode_ref.grading gradebook grades/ --out class.csv
+    python -m specdecode_ref.grading gradescope labs/lab01_rejection_sampler --out lab01_autograder.zip
+    python -m specdecode_ref.grading gradescope-try lab01_autograder.zip --submission alice/student.py
 
 Every submission is graded in its own Python process with a time limit, and every test has its
 own time limit too, so an infinite loop or a crash costs that submission points and nothing else.
