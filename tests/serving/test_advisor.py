@@ -205,6 +205,22 @@ def test_fitted_k_reads_this_machines_curve_once(tiny_model, tmp_path, monkeypat
         load_proposer("ngram", tiny_model, k="auto")
 
 
+def synthetic_records(stats: SpecStats, target_s: float, draft_s: float, T, plain_engine_s: float) -> tuple:
+    """The measured records of a synthetic run, as the benchmark writes them: the speculative run
+    (its counters, ``target_s`` of target forwards, ``draft_s`` of drafting, 2 ms of engine time per
+    step), plain decoding (1000 steps of T(1), ``plain_engine_s`` each) and the cost curve T(1..9)."""
+    spec = {**{k.removeprefix("vllm:"): v for k, v in vllm_counters(stats).items()},
+            "steps": stats.steps, "emitted": stats.emitted,
+            "draft_length_counts": list(AcceptanceProfile.from_stats(stats).draft_length_counts),
+            "prefill_time_s": 0.1, "target_time_s": 0.1 + target_s, "draft_time_s": draft_s}
+    spec["wall_time_s"] = spec["target_time_s"] + spec["draft_time_s"] + 0.002 * stats.steps
+    plain = {"steps": 1000, "emitted": 1000, "prefill_time_s": 0.1, "target_time_s": 0.1 + 1000 * T(1),
+             "draft_time_s": 0.0, "spec_decode_num_drafts": 0}
+    plain["wall_time_s"] = plain["target_time_s"] + plain_engine_s * 1000
+    curve = {"ns": list(range(1, 10)), "times_s": [T(n) for n in range(1, 10)]}
+    return spec, plain, curve
+
+
 def skipping_run(seed: int = 0, steps: int = 4000):
     """An n-gram-like run: 40 % of steps draft nothing, the others 1..5 tokens, each kept with
     probability 0.6 until the first rejection; every forward takes exactly T(n) of ``curve``, each
@@ -219,15 +235,7 @@ def skipping_run(seed: int = 0, steps: int = 4000):
             kept += 1
         stats.record_step(m, kept, kept + 1)
         target += T(m + 1)
-    spec = {**{k.removeprefix("vllm:"): v for k, v in vllm_counters(stats).items()},
-            "steps": stats.steps, "emitted": stats.emitted,
-            "draft_length_counts": list(AcceptanceProfile.from_stats(stats).draft_length_counts),
-            "prefill_time_s": 0.1, "target_time_s": 0.1 + target, "draft_time_s": 0.0005 * stats.drafted}
-    spec["wall_time_s"] = spec["target_time_s"] + spec["draft_time_s"] + 0.002 * stats.steps
-    plain = {"steps": 1000, "emitted": 1000, "prefill_time_s": 0.1, "target_time_s": 0.1 + 1000 * T(1),
-             "draft_time_s": 0.0, "spec_decode_num_drafts": 0}
-    plain["wall_time_s"] = plain["target_time_s"] + 0.001 * 1000
-    curve = {"ns": list(range(1, 10)), "times_s": [T(n) for n in range(1, 10)]}
+    spec, plain, curve = synthetic_records(stats, target, 0.0005 * stats.drafted, T, plain_engine_s=0.001)
     return {"plain": plain, "ngram": spec}, curve, stats
 
 
@@ -265,15 +273,7 @@ def parallel_run(k: int = 4, seed: int = 0, steps: int = 3000):
             kept += 1
         stats.record_step(k, kept, kept + 1)
         target += T(k + 1)
-    spec = {**{key.removeprefix("vllm:"): v for key, v in vllm_counters(stats).items()},
-            "steps": stats.steps, "emitted": stats.emitted,
-            "draft_length_counts": list(AcceptanceProfile.from_stats(stats).draft_length_counts),
-            "prefill_time_s": 0.1, "target_time_s": 0.1 + target, "draft_time_s": 0.006 * stats.steps}
-    spec["wall_time_s"] = spec["target_time_s"] + spec["draft_time_s"] + 0.002 * stats.steps
-    plain = {"steps": 1000, "emitted": 1000, "prefill_time_s": 0.1, "target_time_s": 0.1 + 1000 * T(1),
-             "draft_time_s": 0.0, "spec_decode_num_drafts": 0}
-    plain["wall_time_s"] = plain["target_time_s"] + 0.002 * 1000
-    curve = {"ns": list(range(1, 10)), "times_s": [T(n) for n in range(1, 10)]}
+    spec, plain, curve = synthetic_records(stats, target, 0.006 * stats.steps, T, plain_engine_s=0.002)
     return {"plain": plain, f"pard@{k}": spec}, curve
 
 
