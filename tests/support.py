@@ -240,6 +240,18 @@ class RecordsAccepted:
         pass
 
 
+def assert_cache_is_fresh_prefill(model, cache, tokens) -> None:
+    """A drafter's KV cache (``tokens``: the committed tokens it should hold) equals the cache a
+    fresh prefill of those tokens builds: a rollback that left a stale or masked entry fails."""
+    from specdecode_ref import kv
+
+    fresh = kv.new_cache(model)
+    model(input_ids=torch.tensor([list(tokens)]), past_key_values=fresh, use_cache=True)
+    for mine, ref in zip(cache.layers, fresh.layers):
+        torch.testing.assert_close(mine.keys, ref.keys, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(mine.values, ref.values, atol=1e-4, rtol=1e-4)
+
+
 def noisy(module, scale, seed):
     """A copy of ``module`` with Gaussian noise on its weights: a drafter that is right only sometimes."""
     g = torch.Generator().manual_seed(seed)

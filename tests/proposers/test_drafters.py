@@ -5,8 +5,8 @@ import copy
 import pytest
 import torch
 
-from support import (RecordsAccepted, assert_law, check_joint_law, make_tiny_llama, noisy, sampled_joint_pvalue,
-                     twins)
+from support import (RecordsAccepted, assert_cache_is_fresh_prefill, assert_law, check_joint_law, make_tiny_llama,
+                     noisy, sampled_joint_pvalue, twins)
 from specdecode_ref import SamplingParams, autoregressive_generate, generate, kv
 from specdecode_ref.training import distill, train
 from specdecode_ref.proposers.draft_model import DraftModelProposer, build_draft_model
@@ -30,11 +30,7 @@ class CheckedDraft(RecordsAccepted, DraftModelProposer):
         n = kv.cache_len(self.cache)
         committed_before = len(state.token_list) - len(outcome.emitted)
         assert n == min(committed_before + self.k - 1, committed_before + outcome.num_accepted)
-        fresh = kv.new_cache(self.model)
-        self.model(input_ids=torch.tensor([state.token_list[:n]]), past_key_values=fresh, use_cache=True)
-        for mine, ref in zip(self.cache.layers, fresh.layers):
-            torch.testing.assert_close(mine.keys, ref.keys, atol=1e-4, rtol=1e-4)
-            torch.testing.assert_close(mine.values, ref.values, atol=1e-4, rtol=1e-4)
+        assert_cache_is_fresh_prefill(self.model, self.cache, state.token_list[:n])
 
 
 @pytest.mark.parametrize("k", [1, 3, 5])

@@ -6,7 +6,7 @@ update merges into the same function and survives saving, and bad input is refus
 import pytest
 import torch
 
-from support import RecordsAccepted, check_joint_law, make_tiny_llama, noisy, twins
+from support import RecordsAccepted, assert_cache_is_fresh_prefill, check_joint_law, make_tiny_llama, noisy, twins
 from specdecode_ref import SamplingParams, autoregressive_generate, generate, generate_batch, kv
 from specdecode_ref.proposers.draft_model import build_draft_model
 from specdecode_ref.proposers.parallel_draft import (MaskedEmbedding, ParallelDraftProposer, add_mask_token,
@@ -116,11 +116,7 @@ class CheckedParallel(RecordsAccepted, ParallelDraftProposer):
         n = kv.cache_len(self.cache)
         committed_before = len(state.token_list) - len(outcome.emitted)
         assert n == committed_before
-        fresh = kv.new_cache(self.model)
-        self.model(input_ids=torch.tensor([state.token_list[:n]]), past_key_values=fresh, use_cache=True)
-        for mine, ref in zip(self.cache.layers, fresh.layers):
-            torch.testing.assert_close(mine.keys, ref.keys, atol=1e-4, rtol=1e-4)
-            torch.testing.assert_close(mine.values, ref.values, atol=1e-4, rtol=1e-4)
+        assert_cache_is_fresh_prefill(self.model, self.cache, state.token_list[:n])
 
 
 @pytest.mark.parametrize("k", [1, 2, 4])
