@@ -20,24 +20,8 @@ from specdecode_ref.cache import cache_dir
 from specdecode_ref.grading import autograder, gradebook, gradescope, selftest
 from specdecode_ref.grading.labs import Lab, Submission, submission_in
 from specdecode_ref.grading.mutation import as_one_file
-from toy_lab import TOY_HIDDEN, TOY_SOLUTION, TOY_STUDENT, make_lab
+from toy_lab import TOY_HIDDEN, TOY_SOLUTION, TOY_STUDENT, TOY_TESTS, make_lab
 
-TOY_TESTS = '''
-from specdecode_ref.grading import lab_fixture, points
-
-lab = lab_fixture(__file__)
-
-
-@points(2)
-def test_add(lab):
-    """add adds."""
-    assert lab.add(2, 3) == 5
-
-
-@points(1)
-def test_add_negative(lab):
-    assert lab.add(-1, -1) == -2
-'''
 # Offline, as on the course machines: the pinned torch from the machine's own wheels, and the
 # embedded model already converted by `make setup`.
 LOCAL_ENV = {"SPECDECODE_TORCH_INDEX": "", "SPECDECODE_CACHE": str(cache_dir())}

@@ -14,31 +14,17 @@ import pytest
 from specdecode_ref import grading
 from specdecode_ref.grading import selftest
 from toy_lab import TOY_HIDDEN, TOY_SOLUTION, TOY_STUDENT, make_lab
+from toy_lab import TOY_TESTS as TOY_LAB_TESTS
 
 ROOT = Path(__file__).resolve().parent.parent
 
-TOY_TESTS = '''
-import sys
-
-from specdecode_ref.grading import lab_fixture, points
-
-lab = lab_fixture(__file__)
-
-
-@points(2)
-def test_add(lab):
-    """add adds."""
-    assert lab.add(2, 3) == 5
-
-
-@points(1)
-def test_add_negative(lab):
-    assert lab.add(-1, -1) == -2
-
+TOY_TESTS = TOY_LAB_TESTS + '''
 
 @points(1)
 def test_grader_stays_light(lab):
     """The grading process does not import torch for a lab that does not need it."""
+    import sys
+
     assert lab.add(0, 0) == 0 and "torch" not in sys.modules
 '''
 OTHER_STUDENT = '''

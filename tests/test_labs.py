@@ -29,7 +29,7 @@ from specdecode_ref.grading import gradescope, selftest
 from specdecode_ref.grading.autograder import build_autograder, try_autograder
 from specdecode_ref.grading.labs import Lab
 from specdecode_ref.grading.mutation import as_one_file
-from toy_lab import TOY_HIDDEN, TOY_SOLUTION, TOY_STUDENT
+from toy_lab import TOY_HIDDEN, TOY_SOLUTION, TOY_STUDENT, TOY_TESTS
 
 ROOT = Path(__file__).resolve().parent.parent
 LAB_DIRS = sorted(p for p in (ROOT / "labs").glob("lab[0-9]*") if p.is_dir())
@@ -248,22 +248,6 @@ def test_handout(tmp_path):
 
 # --- the grader's mechanics, on a toy lab that needs nothing but the standard library -------------
 
-TOY_TESTS = '''
-from specdecode_ref.grading import lab_fixture, points
-
-lab = lab_fixture(__file__)
-
-
-@points(2)
-def test_add(lab):
-    """add adds."""
-    assert lab.add(2, 3) == 5
-
-
-@points(1)
-def test_add_negative(lab):
-    assert lab.add(-1, -1) == -2
-'''
 SUBMISSIONS = {
     "alice.py": TOY_SOLUTION,
     "bob/student.py": TOY_SOLUTION.replace("a + b", "a - b"),

@@ -5,6 +5,22 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+TOY_TESTS = '''
+from specdecode_ref.grading import lab_fixture, points
+
+lab = lab_fixture(__file__)
+
+
+@points(2)
+def test_add(lab):
+    """add adds."""
+    assert lab.add(2, 3) == 5
+
+
+@points(1)
+def test_add_negative(lab):
+    assert lab.add(-1, -1) == -2
+'''
 TOY_HIDDEN = '''
 from specdecode_ref.grading import lab_fixture, points
 
