@@ -64,6 +64,7 @@ def grade_files(lab: Path, files: dict, tmp_path: Path, **kw) -> dict:
 
 
 # --- a submission cannot change its own grade --------------------------------------------------------
+# (each class of attack, and honest-but-odd files, in test_grading_attacks.py)
 
 def attempt(name: str) -> str:
     return (selftest.TAMPER_DIR / f"{name}.py").read_text()
@@ -73,12 +74,10 @@ FORGE_THEN_CRASH = '''
 import gc as _gc
 import os as _os
 
-for _obj in _gc.get_objects():  # the grader's recorder: report every test passed, then die before the truth
+for _obj in _gc.get_objects():  # a recorder of pytest's verdicts, if one were here: report every test passed
     if type(_obj).__name__ == "Recorder" and isinstance(getattr(_obj, "tests", None), dict):
         for _t in _obj.tests.values():
-            if not _t["canary"]:
-                _obj.channel.send("test", key=_t["key"], outcome="passed", message="", earned=_t["points"])
-        break
+            _t.update(outcome="passed", earned=_t.get("points", 1.0))
 _os._exit(1)
 '''
 EXIT_ZERO_AT_EXIT = '''
@@ -87,27 +86,15 @@ import os as _os
 
 _atexit.register(lambda: _os._exit(0))  # turn "some tests failed" into success
 '''
-PATCH_TEST_FUNCTIONS = '''
-import sys as _sys
-
-for _name, _mod in list(_sys.modules.items()):  # make every grading test pass by replacing its code
-    if _name.startswith("grading_"):
-        for _fn in list(vars(_mod).values()):
-            if callable(_fn) and getattr(_fn, "__name__", "").startswith("test_"):
-                _fn.__code__ = (lambda lab: None).__code__
-'''
 
 
-@pytest.mark.parametrize("how", ["atexit_rewrite", "patch_pytest", "plugin_rewrite", "exit_early",
-                                 "forge_then_crash", "exit_zero_at_exit", "patch_test_functions"])
-def test_tampering_is_caught(toy, tmp_path, how):
-    """Stubs (an honest 0) plus a try at changing the grade: status "tampered", 0 points."""
-    extra = {"forge_then_crash": FORGE_THEN_CRASH, "exit_zero_at_exit": EXIT_ZERO_AT_EXIT,
-             "patch_test_functions": PATCH_TEST_FUNCTIONS}.get(how) or attempt(how)
+@pytest.mark.parametrize("how", ["forge_then_crash", "exit_zero_at_exit"])
+def test_old_tricks_score_what_the_code_deserves(toy, tmp_path, how):
+    """Tricks that once fooled a grader running the tests in the student's process: stubs plus
+    the trick score the stubs' 0."""
+    extra = {"forge_then_crash": FORGE_THEN_CRASH, "exit_zero_at_exit": EXIT_ZERO_AT_EXIT}[how]
     r = grade_files(toy, {how: TOY_STUDENT + "\n" + extra}, tmp_path)[how]
-    assert r["status"] == "tampered", (r["status"], r["message"])
-    assert r["score"] == 0 and r["passed"] == 0 and r["evidence"]
-    assert "cannot be trusted" in r["message"]
+    assert r["score"] == 0 and r["passed"] == 0, r
 
 
 def test_honest_submissions_are_not_flagged(toy, tmp_path, monkeypatch):
@@ -122,19 +109,23 @@ def test_honest_submissions_are_not_flagged(toy, tmp_path, monkeypatch):
         "right": TOY_SOLUTION,
         "printing": printing,  # prints something that looks like pytest's summary, and fails
         "crash": TOY_SOLUTION.replace("return n", "import os\n    os._exit(3)"),
-        # an endless loop that also switches off the per-test limit: the limit on the whole submission stops it
+        # an endless loop that also switches off signals: the student side's CPU is read from outside
         "loops": TOY_SOLUTION.replace("return n", "import signal\n    signal.signal(signal.SIGPROF, signal.SIG_IGN)\n"
                                                   "    while True:\n        pass"),
+        "sleeps": TOY_SOLUTION.replace("return n", "import time\n    time.sleep(3600)"),
     }, tmp_path, test_timeout=1, timeout=6)
     assert (r["right"]["status"], r["right"]["percent"]) == ("ok", 100.0)
     assert r["printing"]["status"] == "ok" and r["printing"]["score"] == 4  # test_add and test_add_negative fail
-    assert r["crash"]["status"] == "crashed" and r["crash"]["score"] == 4  # the visible tests ran before
-    assert r["loops"]["status"] == "timeout" and r["loops"]["score"] == 4
-    assert not any(x["evidence"] for x in r.values())
+    count = {name: next(t for t in r[name]["tests"] if t["name"] == "test_count") for name in ("crash", "loops", "sleeps")}
+    assert r["crash"]["score"] == 4 and "ended" in count["crash"]["message"]  # the visible tests ran before
+    assert r["loops"]["score"] == 4 and count["loops"]["outcome"] == "timeout"
+    assert r["sleeps"]["score"] == 4 and count["sleeps"]["outcome"] == "timeout"
+    assert not any(x["evidence"] or x["flags"] for x in r.values())
 
 
 def test_self_test_grades_tamper_attempts(toy):
-    """The self-test runs every tamper attempt (each in its own process) and requires it to be caught."""
+    """The self-test runs every tamper attempt (each in its own judging process) and requires each
+    to score the stubs' 0."""
     (toy / "planted_bugs").mkdir()
     for name, body in {"minus": "return a - b", "off": "return a + b + 1"}.items():
         (toy / "planted_bugs" / f"{name}.py").write_text(
@@ -149,8 +140,8 @@ def test_self_test_grades_tamper_attempts(toy):
     by_role = {}
     for r in report["submissions"]:
         by_role.setdefault(r["role"], []).append(r)
-    assert len(by_role["tamper attempt"]) == len(selftest.tamper_attempts()) >= 4
-    assert all(r["status"] == "tampered" for r in by_role["tamper attempt"])
+    assert len(by_role["tamper attempt"]) == len(selftest.tamper_attempts()) >= 8
+    assert all(r["score"] == 0 for r in by_role["tamper attempt"])
     assert by_role["mutant"][0]["percent"] == 57.1  # 4 of 7 points
     text = grading.format_report(report)
     first = text.splitlines()[0]

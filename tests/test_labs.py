@@ -40,11 +40,10 @@ def test_labs_exist():
     assert [p.name[:5] for p in LAB_DIRS][:5] == ["lab01", "lab02", "lab03", "lab04", "lab05"]
 
 
-# The tamper attempts are the same four files appended to any lab's stubs, and the defences that
-# catch them are the runner's, not a lab's: they run here on a lab whose tests use the chi-square
-# helper (lab 1, which the grader also watches) and on one whose tests do not (lab 3). Each attempt
-# costs a process of its own; `python -m specdecode_ref.grading labs/lab0* --self-test` runs them
-# on every lab.
+# The tamper attempts are the same files appended to any lab's stubs, and what stops them is the
+# runner's two sides, not a lab: they run here on a lab with tensors and statistical tests (lab 1)
+# and on one with plain numbers (lab 3). Each attempt costs a judging process of its own;
+# `python -m specdecode_ref.grading labs/lab0* --self-test` runs them on every lab.
 TAMPER_LABS = {"lab01_rejection_sampler", "lab03_speedup_model"}
 
 
@@ -73,7 +72,7 @@ def test_self_test(self_tests, lab):
     assert all(r["status"] == "ok" and r["score"] < r["max_score"] for r in mutants)
     tampered = [r for r in report["submissions"] if r["role"] == "tamper attempt"]
     if lab in TAMPER_LABS:
-        assert len(tampered) >= 4 and all(r["status"] == "tampered" and r["score"] == 0 for r in tampered)
+        assert len(tampered) >= 8 and all(r["score"] == 0 for r in tampered)
     assert any(t["hidden"] for t in report["tests"]) and any(not t["hidden"] for t in report["tests"])
 
 
@@ -98,7 +97,7 @@ def autograders(tmp_path_factory):
                  "tamper": selftest.tampering_file(lab, attempts[i % len(attempts)])}
         for name, text in files.items():
             (uploads / f"{name}.py").write_text(text)
-        zip_path = build_autograder(lab_dir, base / "zips", count_points=False)
+        zip_path = build_autograder(lab_dir, base / "zips", count_points=False, allow_dirty=True)
         _, results = try_autograder(zip_path, [uploads / f"{n}.py" for n in files], root=base / lab.name, env=env)
         local_tamper = None
         if lab.name not in TAMPER_LABS:
@@ -132,7 +131,7 @@ def test_gradescope_autograder_grades_like_the_local_grader(self_tests, autograd
         assert hidden and all((t["visibility"] == "after_published") == (t["name"] in hidden) for t in res["tests"])
     assert results["reference"]["score"] == by_name["reference"]["max_score"]
     assert results["bug"]["score"] < results["reference"]["score"]
-    assert results["tamper"]["score"] == 0 and results["tamper"]["extra_data"]["status"] == "tampered"
+    assert results["tamper"]["score"] == 0
 
 
 def test_enough_mutants(self_tests):

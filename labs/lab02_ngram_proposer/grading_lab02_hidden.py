@@ -114,8 +114,10 @@ def test_proposer_new_context_sharing_tokens(lab):
 
 
 class CountingList(list):
-    """A list that counts how many of its elements the code under test reads."""
+    """A list that counts how many of its elements the code under test reads. Under the grader the
+    list lives where your code runs (``count_reads``): the count is read from there."""
 
+    count_reads = True
     reads = 0
 
     def __getitem__(self, i):
@@ -126,6 +128,22 @@ class CountingList(list):
     def __iter__(self):
         CountingList.reads += len(self)
         return super().__iter__()
+
+
+def reads_during(lab, ctx, call) -> int:
+    """Elements of ``ctx`` read while ``call()`` runs."""
+    if callable(getattr(type(lab), "list_reads", None)):
+        lab.list_reads(ctx, reset=True)
+        call()
+        return lab.list_reads(ctx)
+    CountingList.reads = 0
+    call()
+    return CountingList.reads
+
+
+def cpu_seconds(lab) -> float:
+    """CPU time of the process that runs your code (the grader reads it from the system)."""
+    return lab.cpu_seconds() if callable(getattr(type(lab), "cpu_seconds", None)) else time.process_time()
 
 
 LONG = 4096
@@ -145,11 +163,10 @@ def test_proposer_reads_only_new_tokens(lab):
     while len(ctx) < LONG:
         grown = rng.randint(1, k + 1)
         ctx.extend(text[len(ctx):len(ctx) + grown])
-        CountingList.reads = 0
-        prop.lookup(ctx)
+        reads = reads_during(lab, ctx, lambda: prop.lookup(ctx))
         limit = 20 * max_n * (grown + 1) + 4 * k
-        assert CountingList.reads <= limit, (
-            f"a call at context length {len(ctx)}, {grown} new tokens, read {CountingList.reads} tokens "
+        assert reads <= limit, (
+            f"a call at context length {len(ctx)}, {grown} new tokens, read {reads} tokens "
             f"(at most {limit} expected): does every call compare, copy or scan the whole context?")
 
 
@@ -168,12 +185,12 @@ def test_proposer_long_context_correct(lab):
             assert list(got) == brute_force(ctx, 5), f"context length {len(ctx)}"
 
 
-def _time_block(prop, ctx, new_tokens):
-    t0 = time.process_time()
+def _time_block(lab, prop, ctx, new_tokens):
+    t0 = cpu_seconds(lab)
     for t in new_tokens:
         ctx.append(t)
         prop.lookup(ctx)
-    return time.process_time() - t0
+    return cpu_seconds(lab) - t0
 
 
 @points(2)
@@ -181,11 +198,11 @@ def test_proposer_cost_does_not_grow(lab):
     """256 one-token steps at a 4k context cost about as much as at the start (CPU time, 4x + 50 ms slack)."""
     text = random_text(8, LONG, 50)
     for attempt in range(2):
-        early = _time_block(lab.NgramProposer(k=5), [], text[:256])
+        early = _time_block(lab, lab.NgramProposer(k=5), [], text[:256])
         prop = lab.NgramProposer(k=5)
         ctx = text[:LATE]
         prop.lookup(ctx)  # index the long context once (not timed)
-        late = _time_block(prop, ctx, text[LATE:])
+        late = _time_block(lab, prop, ctx, text[LATE:])
         if late <= 4 * early + 0.05:
             return
     pytest.fail(f"256 steps took {late:.3f} s at 4k tokens vs {early:.3f} s at the start: "

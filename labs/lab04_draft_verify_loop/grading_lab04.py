@@ -111,10 +111,12 @@ def as_ids(x) -> list:
 
 class CountForwards:
     """Counts the forward calls of each model while active, and the positions (input tokens) they
-    read: ``with CountForwards(a, b) as c: ... c[a], c.positions[id(a)]``."""
+    read: ``with CountForwards(lab, a, b) as c: ... c[a], c.read(a)``. Under the grader your code
+    runs in a process of its own, on its own copy of each model: the counts come from there."""
 
-    def __init__(self, *models):
-        self.models = models
+    def __init__(self, lab, *models):
+        self.lab, self.models = lab, models
+        self.remote = callable(getattr(type(lab), "forward_counts", None))
         self.counts = {}
         self.positions = {}
 
@@ -123,7 +125,10 @@ class CountForwards:
         for m in self.models:
             self.counts.setdefault(id(m), 0)
             self.positions.setdefault(id(m), 0)
-            self.handles.append(m.register_forward_pre_hook(self._hook(id(m)), with_kwargs=True))
+            if not self.remote:
+                self.handles.append(m.register_forward_pre_hook(self._hook(id(m)), with_kwargs=True))
+        if self.remote:
+            self.start = {id(m): self.lab.forward_counts(m) for m in self.models}
         return self
 
     def _hook(self, key):
@@ -139,6 +144,11 @@ class CountForwards:
     def __exit__(self, *exc):
         for h in self.handles:
             h.remove()
+        if self.remote:
+            for m in self.models:
+                now, start = self.lab.forward_counts(m), self.start[id(m)]
+                self.counts[id(m)] = now["forwards"] - start["forwards"]
+                self.positions[id(m)] = now["positions"] - start["positions"]
 
     def __getitem__(self, m):
         return self.counts[id(m)]
@@ -215,7 +225,7 @@ class InvariantChecker:
 def run(lab, target, draft, prompt, k, max_new_tokens, check=False):
     """Run the student's loop; with check=True also verify the cache invariant after every step."""
     checker = InvariantChecker(target, draft, prompt, k, max_new_tokens) if check else None
-    with CountForwards(target, draft) as counts:
+    with CountForwards(lab, target, draft) as counts:
         result = lab.speculative_greedy(target, draft, list(prompt), k, max_new_tokens, on_step=checker)
     return result, counts, checker
 
@@ -259,7 +269,7 @@ def test_draft_tokens(lab):
     d = model("close")
     p = make_prompt(1)
     cache = kv.new_cache(d)
-    with CountForwards(d) as c:
+    with CountForwards(lab, d) as c:
         got = as_ids(lab.draft_tokens(d, cache, p, 4))
     assert got == plain("close", p, 4), "the drafts are not the draft model's greedy continuation"
     assert c[d] == 4, f"drafting 4 tokens took {c[d]} draft forwards, expected 4 (pending tokens in one forward)"
@@ -287,7 +297,7 @@ def test_verify_greedy(lab):
         cache = kv.new_cache(t)
         with torch.no_grad():
             t(input_ids=torch.tensor([p[:-1]]), past_key_values=cache, use_cache=True)
-        with CountForwards(t) as c:
+        with CountForwards(lab, t) as c:
             a, emitted = lab.verify_greedy(t, cache, [p[-1]], drafted)
         assert c[t] == 1, f"verify_greedy ran the target {c[t]} times, expected once"
         assert int(a) == j, f"first wrong draft at position {j}: got num_accepted={a}"
@@ -394,35 +404,15 @@ def test_caches_reused_not_rebuilt(lab, draft):
         "then only its pending tokens and its own drafts; re-reading the context means its cache was rebuilt")
 
 
-class ScriptedDraft:
-    """Turns a tiny Llama into a draft that proposes plain greedy's token at every position except
-    the positions in ``wrong``: the acceptance length of every step is then known in advance. The
-    model still runs (so its cache is real), only its logits are replaced; the position of a token is
-    read from the cache length, so a draft cache that is off by a position drafts the wrong tokens."""
+def scripted_draft(seed: int, full: list, wrong: set):
+    """A tiny Llama turned into a draft that proposes plain greedy's token at every position except
+    the positions in ``wrong``: the acceptance length of every step is then known in advance
+    (see specdecode_ref.grading.instruments.script_draft)."""
+    from specdecode_ref.grading.instruments import script_draft
 
-    @staticmethod
-    def make(seed: int, full: list, wrong: set):
-        from transformers import LlamaForCausalLM
-
-        class _Scripted(LlamaForCausalLM):
-            def forward(self, input_ids=None, **kwargs):
-                start = kv.cache_len(kwargs.get("past_key_values"))
-                out = super().forward(input_ids=input_ids, **kwargs)
-                n_in, n_out = input_ids.shape[1], out.logits.shape[1]
-                logits = torch.full_like(out.logits, -10.0)
-                for j in range(n_out):
-                    pos = start + n_in - n_out + j + 1  # the position this logit row predicts
-                    tok = self.full[pos] if pos < len(self.full) else 0
-                    if pos in self.wrong:
-                        tok = (tok + 1) % VOCAB
-                    logits[0, j, tok] = 10.0
-                out.logits = logits
-                return out
-
-        m = tiny_llama(seed)
-        m.__class__ = _Scripted
-        m.full, m.wrong = list(full), set(wrong)
-        return m
+    m = tiny_llama(seed)
+    script_draft(m, full, wrong)
+    return m
 
 
 def scripted_run(lab, script: list, k: int, prompt_seed: int):
@@ -439,7 +429,7 @@ def scripted_run(lab, script: list, k: int, prompt_seed: int):
             wrong.add(pos + a)
         pos += a + 1
         done += a + 1
-    d = ScriptedDraft.make(9, full, wrong)
+    d = scripted_draft(9, full, wrong)
     result, _, checker = run(lab, model("target"), d, p, k, n, check=True)
     return result, g, checker
 

@@ -117,7 +117,7 @@ def test_verify_empty_draft_and_rollback_to_zero(lab):
     t = model("target")
     p = make_prompt(73)
     cache = kv.new_cache(t)
-    with CountForwards(t) as c:
+    with CountForwards(lab, t) as c:
         a, emitted = lab.verify_greedy(t, cache, p, [])
     assert c[t] == 1 and (int(a), as_ids(emitted)) == (0, plain("target", p, 1))
     assert kv.cache_len(cache) == len(p)

@@ -26,8 +26,12 @@ The package, by purpose:
                   chi2_pvalue, self_check
     mutation.py   one_mistake: planted bugs and mutants as the solution with one function replaced
     labs.py       lab folders, a class's submissions on disk, which lab a file belongs to
-    child.py      inside a grading process: pytest and the recorder that reports each verdict
-    runner.py     one process per submission; its verdicts, checked against pytest's own output
+    runner.py     the way through: find the file, start the judge, apply the limits, assemble records
+    judge.py      the judging side: pytest, the tests, every verdict; ``lab`` is the submission, remote
+    student_side.py  the student side: the only process that imports a submission; answers calls
+    wire.py       the data-only channel between the two sides (JSON and raw tensor bytes, no pickle)
+    sandbox.py    where the student side runs (own user, hidden files, no network) and what it hides
+    instruments.py   objects both sides build alike from a description (a scripted draft model)
     report.py     report.json, scores.csv and the printed tables
     selftest.py   reference 100 %, stubs 0, every planted bug and mutant loses points, every
                   tamper attempt (tamper_attempts/*.py) is caught; sample submissions
@@ -50,18 +54,14 @@ Command line (``python -m specdecode_ref.grading --help``)::
     python -m specdecode_ref.grading gradescope labs/lab01_rejection_sampler --out lab01_autograder.zip
     python -m specdecode_ref.grading gradescope-try lab01_autograder.zip --submission alice/student.py
 
-Every submission is graded in its own Python process with a time limit, and every test has its
-own time limit too, so an infinite loop or a crash costs that submission points and nothing else.
-A test that raises NotImplementedError (an untouched stub) simply scores 0. The verdicts travel
-over a pipe and are checked against pytest's own output, a canary test and the exit status; a
-submission that tries to change them is reported "tampered" (see runner.py). A file handed in
-for another lab is reported "wrong lab" (or "ambiguous"), not graded. The grader prints a score
-table and writes ``report.json`` (everything, with failure messages) and ``scores.csv`` (one row
-per submission, one column per test) into the output folder.
-
-Grading runs the submitted code: code that runs inside the grading process can, with enough
-effort, imitate everything the grader checks. For untrusted submissions run the grader in a
-container or a throw-away account.
+The process that decides a grade never runs student code: the tests run on the judging side,
+the submission on a student side of its own (an unprivileged user that cannot see the lab's
+files or the class's, where the machine allows; see sandbox.py), and the two exchange plain data
+only. Every test has a time limit on each side, so an infinite loop or a crash costs that test
+and nothing else. A test that raises NotImplementedError (an untouched stub) simply scores 0. A
+file handed in for another lab is reported "wrong lab" (or "ambiguous"), not graded. The grader
+prints a score table and writes ``report.json`` (everything, with failure messages and how the
+submission was isolated) and ``scores.csv`` (one row per submission, one column per test).
 """
 from __future__ import annotations
 

@@ -92,9 +92,12 @@ def load_lab(impl: str | os.PathLike | None = None, lab_dir: str | os.PathLike |
 
 
 def lab_fixture(grading_file: str):
-    """A module-scoped pytest fixture named ``lab`` that loads the implementation under test.
+    """A module-scoped pytest fixture named ``lab``: the implementation under test.
 
-    In a grading file: ``lab = lab_fixture(__file__)``; tests then take ``lab`` as an argument.
+    In a grading file: ``lab = lab_fixture(__file__)``; tests then take ``lab`` as an argument and
+    call ``lab.f(x)``. Under the grader, ``lab`` is the submission running in a process of its
+    own (a fresh one per grading file; see judge.py): the test sends data and gets data back.
+    Outside the grader (a learner running the tests with pytest) it is the module itself.
     A file that fails to import makes every test error (0 points) instead of stopping the run.
     """
     import pytest
@@ -103,7 +106,16 @@ def lab_fixture(grading_file: str):
 
     @pytest.fixture(scope="module", name="lab")
     def _lab():
-        return load_lab(lab_dir=lab_dir)
+        from . import judge
+
+        if judge.SESSION.get("factory") is None:
+            yield load_lab(lab_dir=lab_dir)
+            return
+        side = judge.new_student_side()
+        try:
+            yield judge.RemoteLab(side)
+        finally:
+            side.stop()
 
     return _lab
 

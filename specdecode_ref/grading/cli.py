@@ -10,7 +10,8 @@ from pathlib import Path
 from .handouts import handout
 from .labs import Lab, Submission, find_submissions
 from .report import format_report
-from .runner import DEFAULT_TEST_TIMEOUT, DEFAULT_TIMEOUT, WALL_FACTOR, grade
+from .runner import DEFAULT_TEST_TIMEOUT, DEFAULT_TIMEOUT, DEFAULT_WALL_TIMEOUT, WALL_FACTOR, grade
+from .sandbox import MODES
 from .selftest import self_test
 
 
@@ -32,20 +33,25 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--solution", action="store_true", help="grade the worked solution (solution.py)")
     p.add_argument("--self-test", action="store_true",
                    help="grade reference, solution, stubs, planted bugs and mutants (in one process: trusted "
-                        "code) and the tamper attempts (one process each); fail unless reference and solution "
+                        "code) and the tamper attempts (one judging process each); fail unless reference and solution "
                         "score 100%%, the stubs 0, every planted bug and mutant loses points (including on the "
-                        "tests its 'caught by:' line names) and every tamper attempt is caught")
+                        "tests its 'caught by:' line names) and every tamper attempt scores 0 without seeing a hidden test")
     p.add_argument("--out", metavar="DIR", help="report folder (default: grading_reports/)")
     p.add_argument("--visible-only", action="store_true", help="skip the hidden tests (a student's self-check)")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
-                   help=f"CPU seconds per submission, all its tests (default %(default)s; a submission that blocks "
-                        f"is stopped at {WALL_FACTOR:g} times this on the wall clock)")
+                   help="CPU seconds of the judging process per submission, all its tests (default %(default)s)")
+    p.add_argument("--wall-timeout", type=float, default=DEFAULT_WALL_TIMEOUT,
+                   help="wall-clock seconds per submission, the hard stop (default %(default)s)")
+    p.add_argument("--isolation", choices=MODES,
+                   help="how the submission's code is isolated (default: the strongest this machine allows; "
+                        "see labs/README.md)")
     p.add_argument("--test-timeout", type=float, default=DEFAULT_TEST_TIMEOUT,
-                   help="CPU seconds per test (default %(default)s)")
+                   help=f"CPU seconds per test on each side (default %(default)s; a test that blocks is stopped at "
+                        f"{WALL_FACTOR:g} times this on the wall clock)")
     p.add_argument("--jobs", type=int, default=1, help="submissions graded in parallel (default 1)")
     p.add_argument("--threads", type=int, default=1, help="torch/BLAS threads per submission (default 1)")
     p.add_argument("--no-isolate", action="store_true",
-                   help="grade all submissions in one process (faster; only for trusted code)")
+                   help="grade all submissions in one judging process (each still runs in its own student side)")
     p.add_argument("--details", action="store_true", help="print every test of every submission")
     return p
 
@@ -75,15 +81,23 @@ def _gradescope_main(argv: list) -> int:
     gp.add_argument("--out", required=True, help="the zip (one lab), or a folder for labNN_autograder.zip files")
     gp.add_argument("--test-timeout", type=float, default=DEFAULT_TEST_TIMEOUT, help="CPU seconds per test")
     gp.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="CPU seconds per submission")
+    gp.add_argument("--wall-timeout", type=float, default=DEFAULT_WALL_TIMEOUT,
+                    help="wall-clock seconds for one upload, below Gradescope's run limit (default %(default)s)")
+    gp.add_argument("--allow-dirty", action="store_true",
+                    help="build from the working tree's files where they differ from the commit (HEAD), untracked "
+                         "grading files of the lab included; the zip names each difference (course/DIRTY.txt, "
+                         "autograder.json's dirty, built_from ending in -dirty)")
     ga = gp.parse_args(argv)
     if len(ga.labs) > 1 and ga.out.endswith(".zip"):
         raise SystemExit("several labs: give --out a folder (each lab gets its labNN_autograder.zip)")
     for d in ga.labs:
-        path = build_autograder(d, ga.out, test_timeout=ga.test_timeout, timeout=ga.timeout)
+        path = build_autograder(d, ga.out, test_timeout=ga.test_timeout, timeout=ga.timeout,
+                                wall_timeout=ga.wall_timeout, allow_dirty=ga.allow_dirty)
         with zipfile.ZipFile(path) as zf:
             config = json.loads(zf.read("course/autograder.json"))
         print(f"autograder: {path} ({path.stat().st_size / 1e6:.1f} MB; {config['lab']}, "
-              f"{config['max_score']:g} points: set the Gradescope assignment to this total)")
+              f"{config['max_score']:g} points: set the Gradescope assignment to this total; "
+              f"{config['gradescope_timeout_hint']})")
     return 0
 
 
@@ -149,7 +163,7 @@ def _gradebook_main(argv: list) -> int:
 
 
 def _autograde_main(argv: list) -> int:
-    from .gradescope import AutograderError, autograde
+    from .gradescope import autograde
 
     ap = argparse.ArgumentParser(prog="python -m specdecode_ref.grading autograde",
                                  description="Inside Gradescope's container (run_autograder calls it).")
@@ -157,11 +171,7 @@ def _autograde_main(argv: list) -> int:
     ap.add_argument("--submission-dir", required=True)
     ap.add_argument("--results", required=True)
     aa = ap.parse_args(argv)
-    try:
-        autograde(aa.config, aa.submission_dir, aa.results)
-    except AutograderError as e:
-        print(f"autograder error: {e}", file=sys.stderr)
-        return 2
+    autograde(aa.config, aa.submission_dir, aa.results)  # writes results.json whatever fails
     return 0
 
 
@@ -198,7 +208,7 @@ def main(argv=None) -> int:
     out_root = Path(args.out or "grading_reports")
     status = 0
     kw = dict(test_timeout=args.test_timeout, timeout=args.timeout, jobs=args.jobs, threads=args.threads,
-              visible_only=args.visible_only)
+              visible_only=args.visible_only, wall_timeout=args.wall_timeout, isolation=args.isolation)
     labs = [Lab.open(d) for d in args.labs]
     for lab in labs:
         out = out_root / lab.name

@@ -2,7 +2,7 @@
 the reports of several labs (each lab's ``report.json``, as ``python -m specdecode_ref.grading``
 writes them), ready to import into a spreadsheet or a learning platform's grade book.
 
-A cell is the lab's percent as the report gives it (0 for a missing, tampered or wrong-lab
+A cell is the lab's percent as the report gives it (0 for a missing or wrong-lab
 submission), or empty when the student is not in that lab's report at all. The last column,
 ``notes``, says why a cell is 0 or empty, lab by lab, so nothing needs looking up in the reports.
 The reference, the worked solution and the self-test's own files are not students: left out.

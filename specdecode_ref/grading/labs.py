@@ -3,6 +3,7 @@ lab a file belongs to."""
 from __future__ import annotations
 
 import ast
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,9 +102,10 @@ def sibling_labs(lab: Lab, others=()) -> list:
     return [lab] + [Lab.open(d) for d in sorted(dirs) if d != lab.dir]
 
 
-def which_lab(path: Path, lab: Lab, candidates: list) -> tuple[str, str]:
-    """Decide whether the file at ``path`` is a submission for ``lab``: ("", "") if so, else a
-    status ("wrong lab" or "ambiguous") and a message.
+def which_lab(path: Path, lab_name: str, apis: dict) -> tuple[str, str]:
+    """Decide whether the file at ``path`` is a submission for the lab ``lab_name``: ("", "") if
+    so, else a status ("wrong lab" or "ambiguous") and a message. ``apis`` maps every candidate
+    lab to the names its ``student.py`` defines (the same table locally and on Gradescope).
 
     A file belongs to the lab whose ``student.py`` names it defines the largest share of. A file
     that does not parse is graded (it gets a load error, which says more than "wrong lab").
@@ -112,42 +114,98 @@ def which_lab(path: Path, lab: Lab, candidates: list) -> tuple[str, str]:
     if defined is None:
         return "", ""
     shares = {}
-    for c in candidates:
-        want = c.api_names()
+    for name, want in apis.items():
+        want = set(want)
         if want:
-            shares[c.name] = len(defined & want) / len(want)
-    mine = shares.get(lab.name, 0.0)
+            shares[name] = len(defined & want) / len(want)
+    mine = shares.get(lab_name, 0.0)
     best = max(shares.values(), default=0.0)
     if best == 0.0:
-        names = ", ".join(sorted(lab.api_names()))
-        return "wrong lab", f"{path.name} defines none of {lab.name}'s functions ({names})"
+        names = ", ".join(sorted(apis.get(lab_name, [])))
+        return "wrong lab", f"{path.name} defines none of {lab_name}'s functions ({names})"
     top = sorted(n for n, s in shares.items() if s == best)
     if mine < best:
-        return "wrong lab", f"{path.name} is a submission for {' or '.join(top)}, not {lab.name}"
+        return "wrong lab", f"{path.name} is a submission for {' or '.join(top)}, not {lab_name}"
     if len(top) > 1:
         return "ambiguous", f"{path.name} defines the functions of {' and '.join(top)} alike: hand in one file per lab"
     return "", ""
 
 
-def submission_in(folder: Path, lab: Lab) -> Path | None:
-    """The file one student handed in for ``lab`` inside their ``folder``, tried in this order:
-    ``labNN_topic/student.py``, ``labNN*/student.py``, ``labs/labNN_topic/student.py`` (a copy of
-    the course), ``labNN_topic.py``, ``student.py``, or the folder's only ``.py`` file; None if
-    none of these is there."""
+IGNORED_UPLOAD_PARTS = ("__MACOSX", ".ipynb_checkpoints", "__pycache__")
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        return path.resolve().is_relative_to(folder.resolve())
+    except OSError:
+        return False
+
+
+def find_upload(folder: Path, lab: Lab) -> tuple:
+    """The one file a student handed in for ``lab`` somewhere inside ``folder`` (an upload or a
+    student's folder in a class), and a note: ``(path, "")``, or ``(None, why)``.
+
+    The file is the only ``student.py`` anywhere in the folder (nested folders such as
+    ``Archive/student.py`` included; among several, the one in a folder named after the lab, or
+    several copies of the same bytes), else ``labNN_topic.py``, else the only ``.py`` file. A link
+    is followed only when it stays inside the folder: a ``student.py`` that points into the course
+    (at the answer key) is not a submission. A notebook alone is answered with what to upload.
+    """
     folder = Path(folder)
-    candidates = [folder / lab.name / "student.py"]
-    candidates += sorted(p / "student.py" for p in folder.iterdir() if p.is_dir() and p.name.startswith(lab.number))
-    candidates += [folder / "labs" / lab.name / "student.py", folder / f"{lab.name}.py", folder / "student.py"]
-    found = next((c for c in candidates if c.is_file()), None)
-    if found is None:
-        pys = sorted(folder.glob("*.py"))
-        found = pys[0] if len(pys) == 1 else None
-    return found.resolve() if found else None
+    files, links_out = [], []
+    for root, dirs, names in os.walk(folder):  # never follows links to folders
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in IGNORED_UPLOAD_PARTS)
+        for name in sorted(names):
+            p = Path(root) / name
+            if name.startswith("."):
+                continue
+            if p.is_symlink() and not _inside(p, folder):
+                links_out.append(p)
+                continue
+            if p.is_file():
+                files.append(p)
+    rel = lambda p: p.relative_to(folder).as_posix()  # noqa: E731
+    students = [p for p in files if p.name == "student.py"]
+    if len(students) > 1:
+        named = [p for p in students if any(part.startswith(lab.number) for part in p.relative_to(folder).parts[:-1])]
+        if len(named) == 1:
+            students = named
+        elif len({p.read_bytes() for p in students}) == 1:
+            students = students[:1]
+        else:
+            return None, (f"several different student.py files ({', '.join(rel(p) for p in students[:5])}): "
+                          "upload only the one for this lab")
+    if students:
+        return students[0].resolve(), ""
+    for p in files:
+        if p.name == f"{lab.name}.py":
+            return p.resolve(), ""
+    pys = [p for p in files if p.suffix == ".py"]
+    if len(pys) == 1:
+        return pys[0].resolve(), ""
+    linked = [rel(p) for p in links_out if p.suffix == ".py"]
+    if linked:
+        return None, (f"{', '.join(linked)} is a link to a file outside the upload: hand in the file itself, "
+                      "not a link")
+    notebooks = [rel(p) for p in files if p.suffix == ".ipynb"]
+    if notebooks and not pys:
+        return None, (f"only a notebook was uploaded ({', '.join(notebooks[:3])}): the grader grades student.py, "
+                      f"the file next to {lab.name}.ipynb where you wrote your functions. Upload that file")
+    if len(pys) > 1:
+        return None, f"several .py files and no student.py ({', '.join(rel(p) for p in pys[:5])}): upload student.py"
+    found = ", ".join(rel(p) for p in files[:10]) or "nothing"
+    return None, f"no student.py in the upload (found: {found})"
+
+
+def submission_in(folder: Path, lab: Lab) -> Path | None:
+    """The file one student handed in for ``lab`` inside their ``folder`` (see :func:`find_upload`)."""
+    return find_upload(folder, lab)[0]
 
 
 def find_submissions(folder, lab: Lab) -> list:
     """One submission per entry of ``folder``: ``NAME.py``, or a folder ``NAME/`` holding the
-    student's file (see :func:`submission_in`)."""
+    student's file (see :func:`find_upload`). A ``NAME.py`` that is a link out of the class
+    folder is not a submission (it could point at the answer key)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise SystemExit(f"--submissions {folder}: not a folder")
@@ -155,11 +213,15 @@ def find_submissions(folder, lab: Lab) -> list:
     for entry in sorted(folder.iterdir()):
         if entry.name.startswith((".", "_")):
             continue
-        if entry.is_file() and entry.suffix == ".py":
-            subs.append(Submission(entry.stem, entry.resolve()))
-        elif entry.is_dir():
-            found = submission_in(entry, lab)
-            subs.append(Submission(entry.name, found, "" if found else f"no student.py for {lab.name} in {entry}"))
+        if entry.suffix == ".py" and (entry.is_file() or entry.is_symlink()):
+            if entry.is_symlink() and not _inside(entry, folder):
+                subs.append(Submission(entry.stem, None, f"{entry.name} is a link to a file outside the class folder: "
+                                                         "hand in the file itself"))
+            else:
+                subs.append(Submission(entry.stem, entry.resolve()))
+        elif entry.is_dir() and not entry.is_symlink():
+            found, note = find_upload(entry, lab)
+            subs.append(Submission(entry.name, found, note))
     return subs
 
 

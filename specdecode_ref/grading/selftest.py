@@ -2,9 +2,12 @@
 
 It grades the reference and the worked solution (must score 100 %), the untouched stubs (0, each
 test stopped at NotImplementedError), every planted bug and mutant (each loses points on the
-tests its docstring names, and no more than its ``at most:`` share), and a few submissions that
-try to change their own grade (each must come out "tampered" with 0 points). The trusted files
-share one grading process; each tamper attempt gets its own, as a student's file would.
+tests its docstring names, and no more than its ``at most:`` share), and the attacks in
+``tamper_attempts/`` appended to the stubs: each must score the stubs' honest 0, and no test
+message may carry a line of a hidden test. Attacks that work by reading files (``needs: hidden
+files``) can only be stopped where the sandbox hides them; in a mode that does not (see
+sandbox.py), the self-test says so instead of failing. The trusted files share one judging
+process; each attack gets its own, as a student's file would.
 """
 from __future__ import annotations
 
@@ -42,7 +45,8 @@ def sample_submissions(lab_dir, out) -> dict:
     """Three students' files whose grades are known, for trying the whole grading path as an
     instructor would: ``correct.py`` (the worked solution: 100 %), ``buggy.py`` (the first planted
     bug, written out as one file: loses the points its docstring names) and ``tampering.py`` (the
-    stubs plus a try at rewriting the results: "tampered", 0 points). Written into ``out``;
+    stubs plus code that rewrites pytest's collected tests into no-ops: 0 points, the stubs' honest
+    score). Written into ``out``;
     returns {name: path}."""
     from .mutation import as_one_file
 
@@ -50,7 +54,7 @@ def sample_submissions(lab_dir, out) -> dict:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     files = {"correct.py": (lab.dir / "solution.py").read_text(), "buggy.py": as_one_file(lab.planted_bugs[0]),
-             "tampering.py": tampering_file(lab, tamper_attempts()[0])}
+             "tampering.py": tampering_file(lab, TAMPER_DIR / "rewrite_test_objects.py")}
     paths = {}
     for name, text in files.items():
         paths[name] = out / name
@@ -103,9 +107,20 @@ def check_self_test(lab: Lab, report: dict) -> list:
                 problems.append(f"{label}: expected to fail {missed}, but they passed")
             if at_most is not None and r["percent"] > at_most:
                 problems.append(f"{label} kept {r['percent']}% of the points (at most {at_most:g}% allowed)")
+    hidden_lines = {line.strip() for f in lab.hidden_files for line in f.read_text().splitlines()
+                    if line.strip().startswith(("def test_", '"""')) and len(line.strip()) > 12}
+    readable = (report.get("isolation") or {}).get("readable_secrets")
     for r in report["submissions"]:
-        if r.get("role") == "tamper attempt" and (r["status"] != "tampered" or r["score"] != 0):
-            problems.append(f"{r['student']} was not caught: status {r['status']}, score {r['score']}")
+        if r.get("role") != "tamper attempt":
+            continue
+        attempt = TAMPER_DIR / f"{r['student'].split(':', 1)[-1]}.py"
+        if readable and attempt.is_file() and "needs: hidden files" in attempt.read_text():
+            continue  # this mode cannot hide files (the report's isolation says so)
+        if r["score"] != 0:
+            problems.append(f"{r['student']} changed its grade: status {r['status']}, score {r['score']} (want 0)")
+        leaked = [t["name"] for t in r["tests"] if any(line in t.get("message", "") for line in hidden_lines)]
+        if leaked:
+            problems.append(f"{r['student']} showed a hidden test's text in the messages of {leaked[:3]}")
     return problems
 
 
