@@ -17,7 +17,8 @@ Two backends, chosen by one switch (``load_model(..., backend=...)``):
   product reads each tile of weight rows once for all token rows. Both kernels sum in an order
   fixed per output, so a position's logits do not depend on how many tokens share the forward
   (batch invariance: greedy speculative output then equals plain decoding by construction, not
-  by fp32's margin).
+  by fp32's margin). They are torch operators (``specdecode::linear``, ``specdecode::attention``),
+  so ``torch.compile`` traces them and ``torch.profiler`` names them, as it does aten's.
 
 ``"auto"`` (the default) takes ``"fast"`` where it can run (a CPU, fp32 or bf16 weights, a C
 compiler) and says once why not elsewhere. ``$SPECDECODE_BACKEND`` overrides the default, so a
@@ -26,16 +27,21 @@ needs gradients falls back to ``F.linear``.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import functools
 import hashlib
 import os
 import platform
 import shutil
+import signal
+import stat
 import subprocess
 import sys
 import tempfile
 import threading
 import warnings
+import weakref
 from pathlib import Path
 
 import torch
@@ -60,6 +66,29 @@ _lib = None
 _lib_error: str | None = None
 _lock = threading.Lock()
 
+COMPILE_TIMEOUT_S = 120  # a compiler that hangs (a wedged license server, a network home) must not hang the import
+_BASE_FLAGS = ("-O3", "-ffp-contract=off", "-fPIC", "-shared")
+# The builds tried, best first: this CPU's full ISA and OpenMP threads, then without -march=native
+# (a compiler that cannot target the host), then single-threaded (no OpenMP: clang without libomp).
+VARIANTS = {
+    "native-openmp": ("-march=native", "-fopenmp"),
+    "generic-openmp": ("-fopenmp",),
+    "native-serial": ("-march=native",),
+    "generic-serial": (),
+}
+_PTR, _I64 = ctypes.c_void_p, ctypes.c_int64
+_LINEAR_ARGS = [_PTR] * 4 + [_I64] * 5 + [ctypes.c_int]
+_ATTENTION_ARGS = [_PTR] * 5 + [_I64] * 10 + [ctypes.c_float, ctypes.c_int]
+_SIGNATURES = {  # every symbol the Python side calls: (argument types, result type)
+    "sd_linear_f32": (_LINEAR_ARGS, None), "sd_linear_bf16w": (_LINEAR_ARGS, None),
+    "sd_attention_f32": (_ATTENTION_ARGS, None), "sd_attention_bf16kv": (_ATTENTION_ARGS, None),
+    "sd_last_team": ([], ctypes.c_int), "sd_has_openmp": ([], ctypes.c_int),
+}
+
+
+class _BadLibrary(Exception):
+    """A library file that does not load (truncated, not a library, a symbol missing)."""
+
 
 def _compiler() -> str | None:
     for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
@@ -67,6 +96,16 @@ def _compiler() -> str | None:
         if path:
             return path
     return None
+
+
+@functools.lru_cache(maxsize=None)
+def _compiler_version(cc: str) -> str:
+    """The first line of ``cc --version``: an upgraded compiler (same path) gets a build of its own."""
+    try:
+        proc = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30)
+        return (proc.stdout.strip().splitlines() or ["unknown"])[0]
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
 
 
 def _cpu_fingerprint() -> str:
@@ -80,70 +119,189 @@ def _cpu_fingerprint() -> str:
     return platform.processor() or platform.machine()
 
 
-def _build(cc: str, out: Path) -> None:
-    """Compile the kernel into ``out`` (atomically, so parallel processes never load half a file)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    attempts = [
-        ["-O3", "-march=native", "-ffp-contract=off", "-fopenmp"],
-        ["-O3", "-ffp-contract=off", "-fopenmp"],
-    ]
+def kernel_path(variant: str = next(iter(VARIANTS)), cc: str | None = None) -> Path:
+    """Where this machine's build ``variant`` of the kernel lives: the directory is keyed by the sources,
+    the compiler (path and version), the flags, the CPU's features and the platform; the file name says
+    which variant (``-march=native`` or not, OpenMP or not) built it."""
+    cc = cc or _compiler() or "none"
+    key = hashlib.sha256()
+    parts = (*(src.read_bytes() for src in _SOURCES), cc, _compiler_version(cc) if cc != "none" else "",
+             repr(_BASE_FLAGS), repr(VARIANTS), _cpu_fingerprint(), platform.machine(), sys.platform)
+    for part in parts:
+        key.update(part if isinstance(part, bytes) else part.encode())
+        key.update(b"\0")
+    return cache_dir() / "kernels" / key.hexdigest()[:16] / _file_name(variant)
+
+
+def _file_name(variant: str) -> str:
+    return f"specdecode_kernels-{variant}.so"
+
+
+def _run_compiler(cmd: list[str]) -> tuple[int, str]:
+    """Run ``cmd`` in a process group of its own, within COMPILE_TIMEOUT_S: past it (or on ^C) the whole
+    group is killed, the driver's cc1, as and ld included. Returns (exit status, stderr)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=COMPILE_TIMEOUT_S)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return proc.returncode, err
+
+
+def _compile(cc: str, flags: tuple[str, ...], out: Path) -> str | None:
+    """One compiler run into a temporary file beside ``out``, renamed onto it only once complete (so
+    parallel processes never load half a file); the temporary file is gone whatever happens. Returns
+    None, or the compiler's complaint. OSError: ``out``'s directory cannot be written."""
+    fd, name = tempfile.mkstemp(dir=out.parent, prefix=".building-", suffix=".so")
+    os.close(fd)
+    tmp = Path(name)
+    cmd = [cc, *_BASE_FLAGS, *flags, "-o", str(tmp), *map(str, _SOURCES), "-lm"]
+    try:
+        try:
+            status, stderr = _run_compiler(cmd)
+        except subprocess.TimeoutExpired:
+            raise BackendUnavailable(f"the C compiler took longer than {COMPILE_TIMEOUT_S} s to build the "
+                                     f"kernel and was stopped: {' '.join(cmd)}") from None
+        except OSError as err:
+            raise BackendUnavailable(f"the C compiler {cc} could not be run: {err}") from err
+        if status != 0:
+            return " ".join(cmd) + "\n" + stderr.strip()[-600:]
+        os.chmod(tmp, 0o755)  # the linker's mode follows the umask; a group-writable file would not be trusted
+        os.replace(tmp, out)
+        return None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _build(cc: str, directory: Path) -> Path:
+    """Build the first variant the compiler accepts into ``directory``; returns its file. Raises
+    :class:`BackendUnavailable` when none builds, OSError when ``directory`` cannot be written."""
+    directory.mkdir(parents=True, exist_ok=True, mode=0o755)
     errors = []
-    for flags in attempts:
-        with tempfile.NamedTemporaryFile(dir=out.parent, suffix=".so", delete=False) as tmp:
-            tmp_path = Path(tmp.name)
-        cmd = [cc, *flags, "-fPIC", "-shared", "-o", str(tmp_path), *map(str, _SOURCES), "-lm"]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode == 0:
-            os.replace(tmp_path, out)
-            return
-        tmp_path.unlink(missing_ok=True)
-        errors.append(" ".join(cmd) + "\n" + proc.stderr.strip()[-600:])
+    for variant, flags in VARIANTS.items():
+        out = directory / _file_name(variant)
+        error = _compile(cc, flags, out)
+        if error is None:
+            if "-fopenmp" not in flags:
+                warnings.warn(f"specdecode: the C compiler {cc} has no OpenMP; the fast backend's kernels run on one "
+                              "thread (install libomp, or set $CC to a compiler with OpenMP, for more)", stacklevel=4)
+            return out
+        errors.append(error)
     raise BackendUnavailable("the C compiler could not build the kernel:\n" + "\n".join(errors))
 
 
-def kernel_path() -> Path:
-    """Where this machine's compiled kernel lives: keyed by the source, compiler and CPU features."""
-    cc = _compiler() or "none"
-    key = hashlib.sha256()
-    for part in (*(src.read_bytes() for src in _SOURCES), cc.encode(), _cpu_fingerprint().encode(), platform.machine().encode(),
-                 sys.platform.encode()):
-        key.update(part)
-        key.update(b"\0")
-    return cache_dir() / "kernels" / key.hexdigest()[:16] / "specdecode_kernels.so"
+def _untrusted(path: Path) -> str | None:
+    """Why the library at ``path`` must not be loaded (loading it runs its code as this user): it, or its
+    directory (which could swap it), belongs to another user or is writable by others. None if fine."""
+    for p in (path, path.parent):
+        st = p.stat()
+        if st.st_uid != os.geteuid():
+            return f"{p} belongs to another user (uid {st.st_uid})"
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return f"{p} is writable by other users (mode {stat.filemode(st.st_mode)})"
+    return None
+
+
+def _open(path: Path):
+    """Load the library at ``path`` and type every symbol the Python side calls. Raises
+    :class:`_BadLibrary` (with the reason) for a file that is not a complete build of the kernel."""
+    try:
+        lib = ctypes.CDLL(str(path))
+        for name, (argtypes, restype) in _SIGNATURES.items():
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = argtypes, restype
+    except (OSError, AttributeError) as err:
+        raise _BadLibrary(str(err)) from err
+    return lib
+
+
+def _open_or_explain(path: Path):
+    try:
+        return _open(path)
+    except _BadLibrary as err:
+        raise BackendUnavailable(f"the compiled kernel {path} could not be loaded: {err}") from err
+
+
+def _open_trusted(cc: str, path: Path):
+    """The library at ``path`` if no other user could have written it, else a private build (saying why).
+    Raises :class:`_BadLibrary` as :func:`_open` does."""
+    problem = _untrusted(path)
+    if problem:
+        return _private_build(cc, f"the cached kernel is not loaded: {problem}")
+    return _open(path)
+
+
+def _private_build(cc: str, why: str):
+    """A kernel for this process alone, where the cache cannot be used: built in a fresh directory of
+    its own (mode 0700), loaded, and the directory removed (the loaded library stays mapped)."""
+    with tempfile.TemporaryDirectory(prefix="specdecode-kernel-") as tmp:
+        try:
+            lib = _open_or_explain(_build(cc, Path(tmp)))
+        except OSError as err:
+            raise BackendUnavailable(f"{why}, and no private copy could be built either ({err}); set "
+                                     "$SPECDECODE_CACHE to a directory of your own") from err
+    warnings.warn(f"specdecode: {why}; built a private copy of the kernel for this process (set "
+                  "$SPECDECODE_CACHE to a directory of your own to build it once)", stacklevel=4)
+    return lib
+
+
+def _load():
+    """Find, check and load this machine's kernel, building it if need be. Every failure is a
+    :class:`BackendUnavailable` saying why: the "auto" backend falls back to eager on any of them."""
+    if sys.platform != "linux":
+        raise BackendUnavailable(f"the fast backend is built and tested on Linux only (this is {sys.platform})")
+    cc = _compiler()
+    if cc is None:
+        raise BackendUnavailable("no C compiler was found (install gcc, or set $CC)")
+    cached = next((p for p in (kernel_path(v, cc) for v in VARIANTS) if p.exists()), None)
+    if cached is not None:
+        try:
+            return _open_trusted(cc, cached)
+        except _BadLibrary as err:
+            warnings.warn(f"specdecode: the cached kernel {cached} could not be loaded ({err}); rebuilding it",
+                          stacklevel=3)
+            with contextlib.suppress(OSError):
+                cached.unlink()
+    directory = kernel_path(cc=cc).parent
+    try:
+        built = _build(cc, directory)
+    except OSError as err:
+        return _private_build(cc, f"the kernel cache {directory} cannot be written ({err})")
+    try:
+        return _open_trusted(cc, built)  # a directory shared with others could swap it before it is loaded
+    except _BadLibrary as err:
+        raise BackendUnavailable(f"the compiled kernel {built} could not be loaded: {err}") from err
 
 
 def kernel_library():
-    """The loaded kernel (a ctypes library), built on first use. Raises :class:`BackendUnavailable`."""
+    """The loaded kernel (a ctypes library), built on first use. Raises :class:`BackendUnavailable`.
+    Once loaded it is returned without taking the lock: every product asks for it."""
     global _lib, _lib_error
+    lib = _lib
+    if lib is not None:
+        return lib
     with _lock:
         if _lib is not None:
             return _lib
         if _lib_error is not None:
             raise BackendUnavailable(_lib_error)
         try:
-            if sys.platform != "linux":
-                raise BackendUnavailable(f"the fast backend is built and tested on Linux only (this is {sys.platform})")
-            cc = _compiler()
-            if cc is None:
-                raise BackendUnavailable("no C compiler was found (install gcc, or set $CC)")
-            path = kernel_path()
-            if not path.exists():
-                _build(cc, path)
-            lib = ctypes.CDLL(str(path))
-            args = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 5 + [ctypes.c_int]
-            for fn in (lib.sd_linear_f32, lib.sd_linear_bf16w):
-                fn.argtypes = args
-                fn.restype = None
-            lib.sd_attention_f32.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 9 + [ctypes.c_float, ctypes.c_int]
-            lib.sd_attention_f32.restype = None
-            _lib = lib
-            return lib
+            _lib = _load()
         except BackendUnavailable as err:
             _lib_error = str(err)
             raise
-        except OSError as err:
-            _lib_error = f"the compiled kernel could not be loaded: {err}"
+        except OSError as err:  # the cache changed under us (a file removed between two looks)
+            _lib_error = f"the fast backend's kernel could not be set up: {err}"
             raise BackendUnavailable(_lib_error) from err
+        return _lib
+
+
+def kernel_variant() -> str:
+    """Which build of the kernel runs here (a key of :data:`VARIANTS`)."""
+    return Path(kernel_library()._name).name.removeprefix("specdecode_kernels-").removesuffix(".so")
 
 
 def fast_available() -> tuple[bool, str]:
@@ -161,43 +319,47 @@ def fast_available() -> tuple[bool, str]:
 _KERNEL_DTYPES = (torch.float32, torch.bfloat16)
 
 
-def _profiled(name: str):
-    """Under ``torch.profiler`` the kernels appear as operators named ``specdecode::<name>`` (a
-    ctypes call is invisible to it otherwise); outside it, nothing is added to the call."""
-    def wrap(fn):
-        def call(*args, **kwargs):
-            if torch.autograd._profiler_enabled():
-                with torch.profiler.record_function(f"specdecode::{name}"):
-                    return fn(*args, **kwargs)
-            return fn(*args, **kwargs)
-        call.__doc__, call.__name__, call.__wrapped__ = fn.__doc__, fn.__name__, fn
-        return call
-    return wrap
+def _check_cpu_tensor(name: str, t: torch.Tensor, dtypes=_KERNEL_DTYPES) -> None:
+    """The kernels read raw CPU memory of one of ``dtypes``: anything else is refused, not misread."""
+    if t.device.type != "cpu":
+        raise ValueError(f"the kernel reads CPU tensors; {name} is on {t.device}")
+    if t.dtype not in dtypes:
+        names = " or ".join(str(dt).removeprefix("torch.") for dt in dtypes)
+        raise ValueError(f"the kernel takes {name} of dtype {names}, not {t.dtype}")
 
 
-@_profiled("linear")
+def _check_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    """Every shape, device and dtype :func:`linear` reads, so that the kernel never reads past a tensor."""
+    for name, t in (("x", x), ("the weight", weight), ("the bias", bias)):
+        if t is not None:
+            _check_cpu_tensor(name, t)
+    if weight.dim() != 2:
+        raise ValueError(f"the kernel takes a 2-D weight [N, K], got {tuple(weight.shape)}")
+    n, k = weight.shape
+    if x.dim() == 0 or x.shape[-1] != k:
+        raise ValueError(f"x {tuple(x.shape)} has {x.shape[-1] if x.dim() else 0} features, the weight expects {k}")
+    if bias is not None and tuple(bias.shape) != (n,):
+        raise ValueError(f"the bias has shape {tuple(bias.shape)}, the weight's {n} outputs need ({n},)")
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear(x, weight, bias)`` [..., K] -> [..., N] on the kernel: fp32 activations and sums,
     fp32 or bf16 weights [N, K]; the result has ``x``'s dtype. Every output element is computed in
     the same order whatever the number of rows, so row i does not depend on the other rows."""
+    _check_linear(x, weight, bias)
+    return torch.ops.specdecode.linear(x, weight, bias)
+
+
+def _linear_cpu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``specdecode::linear`` on CPU tensors (checked by :func:`linear`): the kernel's call."""
     lib = kernel_library()
-    if weight.dtype not in _KERNEL_DTYPES or weight.device.type != "cpu" or weight.dim() != 2:
-        raise ValueError(f"the kernel takes a 2-D fp32 or bf16 CPU weight, got {weight.dtype} {tuple(weight.shape)} "
-                         f"on {weight.device}")
     n, k = weight.shape
-    if x.shape[-1] != k:
-        raise ValueError(f"x has {x.shape[-1]} features, the weight expects {k}")
     lead = x.shape[:-1]
-    x2 = x.reshape(-1, k)
-    if x2.dtype != torch.float32:
-        x2 = x2.float()
-    x2 = x2.contiguous()
+    x2 = x.reshape(-1, k).float().contiguous()
     w = weight.contiguous()
-    b = None
-    if bias is not None:
-        b = bias.float().contiguous()
+    b = None if bias is None else bias.float().contiguous()
     m = x2.shape[0]
-    y = torch.empty(m, n, dtype=torch.float32)
+    y = torch.empty(m, n, dtype=torch.float32, device="cpu")
     if m:
         fn = lib.sd_linear_f32 if w.dtype == torch.float32 else lib.sd_linear_bf16w
         fn(x2.data_ptr(), w.data_ptr(), b.data_ptr() if b is not None else None, y.data_ptr(),
@@ -205,6 +367,11 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if x.dtype != torch.float32:
         y = y.to(x.dtype)
     return y.reshape(*lead, n)
+
+
+def _linear_fake(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """What ``specdecode::linear`` returns, for tracing (torch.compile) without running it."""
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
 class FastLinear(torch.nn.Linear):
@@ -221,48 +388,169 @@ class FastLinear(torch.nn.Linear):
         return F.linear(x, w, self.bias)
 
 
-@_profiled("attention")
+CAUSAL = ("last", "first", None)  # where attention() places Q queries among S keys when there is no mask
+
+
+def _check_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, causal) -> None:
+    """Every shape, device and dtype :func:`attention` reads, so that the kernel never reads past a tensor."""
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        _check_cpu_tensor(name, t)
+    if query.dim() != 4 or key.dim() != 4:
+        raise ValueError(f"attention takes 4-D query [B, H, Q, D] and key/value [B, KVH, S, D], got "
+                         f"{tuple(query.shape)} and {tuple(key.shape)}")
+    b, h, _, d = query.shape
+    if (key.shape != value.shape or key.shape[0] != b or key.shape[3] != d or key.shape[1] == 0
+            or h % key.shape[1] or not query.dtype == key.dtype == value.dtype):
+        raise ValueError(f"attention: query {tuple(query.shape)} {query.dtype} does not match key "
+                         f"{tuple(key.shape)} {key.dtype} and value {tuple(value.shape)} {value.dtype}")
+    if causal not in CAUSAL:
+        raise ValueError(f"attention: causal must be one of {CAUSAL}, not {causal!r}")
+
+
+_MASK_DTYPES = (torch.bool, torch.float32, torch.bfloat16, torch.float16, torch.float64)
+
+
+def _check_mask(mask: torch.Tensor, b: int, h: int, q: int, s: int) -> None:
+    """A mask must be 4-D [B or 1, H or 1, Q or 1, S or 1]: SDPA's broadcasting, minus a 2-D or 3-D
+    mask's implicit leading dims (a [B, S] padding mask would otherwise be read as [Q, S])."""
+    _check_cpu_tensor("the mask", mask, _MASK_DTYPES)
+    if mask.dim() != 4 or any(n not in (1, want) for n, want in zip(mask.shape, (b, h, q, s))):
+        raise ValueError(f"attention: a mask must be 4-D and broadcast to [B, H, Q, S] = {[b, h, q, s]}, "
+                         f"got {tuple(mask.shape)}")
+
+
+_mask_memo = None  # (weak reference to a mask, its version, the shape it was read for, the kernel's mask, strides)
+
+
+def _forget_mask(ref: weakref.ref) -> None:
+    """The mask is gone (its forward is over): so is its conversion, which may be large."""
+    global _mask_memo
+    memo = _mask_memo
+    if memo is not None and memo[0] is ref:
+        _mask_memo = None
+
+
+def _kernel_mask(mask: torch.Tensor, b: int, h: int, q: int, s: int) -> tuple[torch.Tensor, tuple[int, int, int]]:
+    """``mask`` as the kernel reads it: additive fp32, keys contiguous, and the strides of its batch, head
+    and query dims (0 where a dim of size 1 broadcasts). transformers hands every layer the same mask,
+    so the last conversion is kept while that very tensor lives unchanged (its version counter: an
+    in-place write, through any view, converts it again). An inference tensor keeps no version: it is
+    converted every time."""
+    global _mask_memo
+    key = (b, h, q, s)
+    memo = _mask_memo
+    tracked = not mask.is_inference()
+    if tracked and memo is not None and memo[0]() is mask and memo[1] == mask._version and memo[2] == key:
+        return memo[3], memo[4]
+    converted = mask
+    if converted.dtype == torch.bool:
+        converted = torch.zeros(mask.shape, dtype=torch.float32, device="cpu").masked_fill_(~mask, float("-inf"))
+    converted = converted.float().expand(*mask.shape[:3], s).contiguous()
+    strides = tuple(converted.stride(i) if converted.shape[i] > 1 else 0 for i in range(3))
+    if tracked and converted is not mask:
+        _mask_memo = (weakref.ref(mask, _forget_mask), mask._version, key, converted, strides)
+    return converted, strides
+
+
 def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None = None,
-              scale: float | None = None) -> torch.Tensor:
+              scale: float | None = None, causal: str | None = "last") -> torch.Tensor:
     """Softmax attention on the kernel, one query at a time: query [B, H, Q, D], key and value
-    [B, KVH, S, D] (H a multiple of KVH), mask None (causal: query i sits at key position S - Q + i)
-    or [B or 1, H or 1, Q, S], boolean (True = visible) or additive (<= -1e30 = not visible).
+    [B, KVH, S, D] (H a multiple of KVH), fp32 or bf16 CPU tensors of one dtype.
+
+    With no mask, ``causal`` says which keys query i sees: "last" (it sits at key position S - Q + i:
+    a cache, then the new tokens, as in decoding and verifying), "first" (at key position i: SDPA's
+    ``is_causal``) or None (every key). A mask [B or 1, H or 1, Q or 1, S or 1], boolean (True =
+    visible) or additive (<= -1e30 = not visible), replaces it: pass one or the other.
     Returns [B, Q, H, D] in ``query``'s dtype: transformers' layout before the output projection."""
+    _check_attention(query, key, value, causal)
+    if mask is not None:
+        if causal != "last":
+            raise ValueError(f"attention: pass a mask or causal={causal!r}, not both")
+        _check_mask(mask, query.shape[0], query.shape[1], query.shape[2], key.shape[2])
+    scale = query.shape[-1] ** -0.5 if scale is None else float(scale)
+    return torch.ops.specdecode.attention(query, key, value, mask, scale, causal)
+
+
+def _attention_cpu(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
+                   scale: float, causal: str | None) -> torch.Tensor:
+    """``specdecode::attention`` on CPU tensors (checked by :func:`attention`): the kernel's call. bf16
+    keys and values are read as they are (the kernel widens them), not copied to fp32."""
     lib = kernel_library()
     b, h, q, d = query.shape
-    if key.dim() != 4 or key.shape != value.shape or key.shape[0] != b or key.shape[3] != d or h % key.shape[1]:
-        raise ValueError(f"attention: query {tuple(query.shape)} does not match key {tuple(key.shape)} "
-                         f"and value {tuple(value.shape)}")
     kvh, s = key.shape[1], key.shape[2]
-    qf, kf, vf = (t.float().contiguous() for t in (query, key, value))
+    qf, kc, vc = query.float().contiguous(), key.contiguous(), value.contiguous()
     strides = (0, 0, 0)
     if mask is not None:
-        if mask.dim() != 4 or mask.shape[2] != q or mask.shape[3] != s:
-            raise ValueError(f"attention: mask {tuple(mask.shape)} does not cover {q} queries x {s} keys")
-        if mask.dtype == torch.bool:
-            mask = torch.zeros(mask.shape, dtype=torch.float32).masked_fill_(~mask, float("-inf"))
-        mask = mask.float().contiguous()
-        strides = tuple(mask.stride(i) if mask.shape[i] > 1 else 0 for i in range(3))
-    out = torch.empty(b, q, h, d, dtype=torch.float32)
-    scale = d ** -0.5 if scale is None else float(scale)
-    lib.sd_attention_f32(qf.data_ptr(), kf.data_ptr(), vf.data_ptr(), mask.data_ptr() if mask is not None else None,
-                         out.data_ptr(), b, h, kvh, q, s, d, *strides, scale, torch.get_num_threads())
+        mask, strides = _kernel_mask(mask, b, h, q, s)
+    diag = {"last": s - q, "first": 0, None: s}[causal]
+    out = torch.empty(b, q, h, d, dtype=torch.float32, device="cpu")
+    fn = lib.sd_attention_f32 if kc.dtype == torch.float32 else lib.sd_attention_bf16kv
+    fn(qf.data_ptr(), kc.data_ptr(), vc.data_ptr(), mask.data_ptr() if mask is not None else None,
+       out.data_ptr(), b, h, kvh, q, s, d, *strides, diag, scale, torch.get_num_threads())
     return out if query.dtype == torch.float32 else out.to(query.dtype)
 
 
-def _transformers_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
-    """The kernel's attention behind transformers' attention interface. Anything it does not cover
-    (another device or dtype, gradients, dropout, sliding windows, soft-capping, sinks) runs SDPA."""
+def _attention_fake(query, key, value, mask, scale, causal) -> torch.Tensor:
+    """What ``specdecode::attention`` returns, for tracing (torch.compile) without running it."""
+    b, h, q, d = query.shape
+    return query.new_empty((b, q, h, d))
+
+
+# The kernels as torch operators, like aten's: torch.compile puts them in its graph (the fake
+# functions give it their output shapes) and torch.profiler shows them as specdecode::linear and
+# specdecode::attention. Defined with a CPU kernel and no autograd formula (the modules send products
+# that need gradients to F.linear and SDPA): dispatching costs about 1 us a call, where
+# torch.library.custom_op's Python autograd layer costs about 6.
+_ops = torch.library.Library("specdecode", "DEF")
+_ops.define("linear(Tensor x, Tensor weight, Tensor? bias) -> Tensor")
+_ops.define("attention(Tensor query, Tensor key, Tensor value, Tensor? mask, float scale, str? causal) -> Tensor")
+_ops.impl("linear", _linear_cpu, "CPU")
+_ops.impl("attention", _attention_cpu, "CPU")
+torch.library.register_fake("specdecode::linear", _linear_fake, lib=_ops)
+torch.library.register_fake("specdecode::attention", _attention_fake, lib=_ops)
+
+
+_SDPA_EXTRAS = ("sliding_window", "softcap", "s_aux", "position_bias", "cache")  # what SDPA alone implements
+
+
+def _kernel_takes(query, key, value, attention_mask, dropout, kwargs) -> bool:
+    """Whether transformers' attention call is one the kernel computes: CPU, fp32 or bf16, no gradients,
+    no dropout, values shaped like the keys, a 4-D mask or none (SDPA would broadcast a smaller one
+    from the right), and none of the extras (sliding windows, soft-capping, sinks, position biases,
+    paged caches)."""
+    return (query.device.type == "cpu" and query.dtype in _KERNEL_DTYPES and not dropout
+            and not (torch.is_grad_enabled() and (query.requires_grad or key.requires_grad))
+            and key.shape == value.shape and (attention_mask is None or attention_mask.dim() == 4)
+            and all(kwargs.get(extra) is None for extra in _SDPA_EXTRAS))
+
+
+def _sdpa_without_mask(module, query, key, value, is_causal):
+    """What transformers' ``sdpa_attention_forward`` computes when it is given no mask, as the kernel's
+    arguments (key, value, causal). Causal only for more than one query and a causal module, and then
+    SDPA's ``is_causal``: aligned with the *first* keys, the keys after the queries cut off (a
+    StaticCache's prefill: the prompt, then empty slots). A single query, or a bidirectional module,
+    sees every key."""
+    if is_causal is None:
+        is_causal = getattr(module, "is_causal", True)
+    q = query.shape[2]
+    if q > 1 and is_causal:
+        return key[:, :, :q], value[:, :, :q], "first"
+    return key, value, None
+
+
+def _transformers_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None,
+                            **kwargs):
+    """The kernel's attention behind transformers' attention interface, with SDPA's semantics for every
+    mask transformers passes (none included). Anything it does not cover runs SDPA itself."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    plain = (query.device.type == "cpu" and query.dtype in _KERNEL_DTYPES and not dropout
-             and not (torch.is_grad_enabled() and (query.requires_grad or key.requires_grad))
-             and kwargs.get("sliding_window") is None and kwargs.get("softcap") is None
-             and kwargs.get("s_aux") is None and getattr(module, "is_causal", True))
-    if not plain:
+    if not _kernel_takes(query, key, value, attention_mask, dropout, kwargs):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      **kwargs)
-    return attention(query, key, value, attention_mask, scaling), None
+                                      is_causal=is_causal, **kwargs)
+    if attention_mask is not None:
+        return attention(query, key, value, attention_mask, scaling), None
+    key, value, causal = _sdpa_without_mask(module, query, key, value, is_causal)
+    return attention(query, key, value, scale=scaling, causal=causal), None
 
 
 _registered = False
@@ -364,4 +652,4 @@ def resolve_backend(backend: str | None, device: torch.device, dtype: torch.dtyp
 
 __all__ = ["ATTENTION", "BACKENDS", "ENV_VAR", "BackendUnavailable", "FastLinear", "apply_backend", "attention",
            "backend_of",
-           "fast_available", "kernel_library", "kernel_path", "linear", "resolve_backend"]
+           "fast_available", "kernel_library", "kernel_path", "kernel_variant", "linear", "resolve_backend"]

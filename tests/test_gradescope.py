@@ -228,7 +228,8 @@ def test_counter(lab):
     one_file = tmp_path / "bob.py"
     one_file.write_text(as_one_file(bug))
     assert "one_mistake" not in one_file.read_text() and "Counter.step = step" in one_file.read_text()
-    report = grading.grade(lab, [("bug", bug), ("bob", one_file)], isolate=False)
+    # The grader hands a planted bug to the student side written out the same way (it sees no solution.py).
+    report = grading.grade(lab, [Submission("bug", bug, role="planted bug"), ("bob", one_file)], isolate=False)
     bug_rec, bob = report["submissions"]
     assert bug_rec["score"] == bob["score"] == 0 and bob["status"] == "ok"
     assert [t["outcome"] for t in bug_rec["tests"]] == [t["outcome"] for t in bob["tests"]] == ["failed", "failed"]

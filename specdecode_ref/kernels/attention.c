@@ -10,13 +10,31 @@
  * skipped outright. A query's output is then bitwise the same whether it is scored alone, after a
  * chain of drafts, inside a tree, or beside other rows of a batch.
  *
- * mask: NULL means causal (query i sits at key position S - Q + i), else an additive fp32 mask read
- * through strides (a stride of 0 broadcasts), values <= -1e30 meaning "not visible".
+ * mask: NULL means causal, query i seeing keys 0..i + diag: diag = S - Q puts the queries at the last
+ * Q keys (a cache, then the new tokens: decoding, verifying), diag = 0 at the first Q (SDPA's
+ * is_causal, which a StaticCache's prefill relies on: the keys after the prompt are empty slots),
+ * diag >= S shows every key. Else an additive fp32 mask read through strides (a stride of 0
+ * broadcasts), values <= -1e30 meaning "not visible"; diag is then unused.
+ *
+ * Keys and values are fp32 or bf16 (sd_attention_bf16kv: a bf16 model's cache, widened exactly as
+ * it is read, so a bf16 cache is not copied to fp32 for every layer of every forward); the query,
+ * the mask, the sums and the output are fp32. Threads as in linear.c (one task per query).
  */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#define OMP(...) _Pragma(#__VA_ARGS__)
+#define NOTE_TEAM() do { if (omp_get_thread_num() == 0) sd_team = omp_get_num_threads(); } while (0)
+#else
+#define OMP(...)
+#define NOTE_TEAM() ((void)0)
+#endif
+
+extern const int64_t sd_serial_work;  /* linear.c: below this much work a kernel runs alone */
+extern _Thread_local int sd_team;     /* linear.c: the threads of the caller's last kernel call */
 
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
@@ -52,75 +70,108 @@ static inline v8f exp8(v8f x) {
     return y * scale;
 }
 
-void sd_attention_f32(const float *q, const float *k, const float *v, const float *mask, float *out,
-                      int64_t B, int64_t H, int64_t KVH, int64_t Q, int64_t S, int64_t D,
-                      int64_t mb, int64_t mh, int64_t mi, float scale, int nthreads) {
-    const int64_t group = H / KVH, D8 = D & ~(int64_t)7, S8 = (S + 7) & ~(int64_t)7;
-    const int64_t tasks = B * H * Q;
-    #pragma omp parallel num_threads(nthreads)
-    {
-        float *e = malloc(sizeof(float) * (size_t)S8);
-        unsigned char *seen = malloc((size_t)S8);
-        #pragma omp for schedule(static)
-        for (int64_t t = 0; t < tasks; t++) {
-            const int64_t b = t / (H * Q), h = (t / Q) % H, i = t % Q, g = h / group;
-            const float *qi = q + ((b * H + h) * Q + i) * D;
-            const float *kb = k + (b * KVH + g) * S * D, *vb = v + (b * KVH + g) * S * D;
-            const float *mrow = mask ? mask + b * mb + h * mh + i * mi : NULL;
-            const int64_t last = S - Q + i;  /* causal: the last visible key */
-            float mx = -INFINITY;
-            int any = 0;
-            for (int64_t j = 0; j < S8; j++) {
-                int vis = j < S && (mrow ? mrow[j] > -1e30f : j <= last);
-                seen[j] = (unsigned char)vis;
-                any |= vis;
-            }
-            float *o = out + ((b * Q + i) * H + h) * D;
-            if (!any) { memset(o, 0, sizeof(float) * (size_t)D); continue; }
-            /* scores, four keys at a time (four independent chains; each key's own chain over d is
-             * the same whatever its neighbours) */
-            for (int64_t j0 = 0; j0 < S8; j0 += 4) {
-                v8f a[4] = {{0}, {0}, {0}, {0}};
-                const float *kj[4];
-                for (int u = 0; u < 4; u++) kj[u] = kb + (j0 + u < S ? j0 + u : 0) * D;
-                for (int64_t d = 0; d < D8; d += 8) {
-                    v8f qv = load8(qi + d);
-                    for (int u = 0; u < 4; u++) a[u] += qv * load8(kj[u] + d);
-                }
-                for (int u = 0; u < 4; u++) {
-                    int64_t j = j0 + u;
-                    if (!seen[j]) { e[j] = 0.0f; continue; }
-                    float sc = hsum(a[u]);
-                    for (int64_t d = D8; d < D; d++) sc += qi[d] * kj[u][d];
-                    sc = sc * scale + (mrow ? mrow[j] : 0.0f);
-                    e[j] = sc;
-                    if (sc > mx) mx = sc;
-                }
-            }
-            float sum = 0.0f;
-            for (int64_t j = 0; j < S8; j += 8) {
-                v8f x = load8(e + j) - mx, ex = exp8(x);
-                for (int l = 0; l < 8; l++) { float val = seen[j + l] ? ex[l] : 0.0f; e[j + l] = val; sum += val; }
-            }
-            const float inv = 1.0f / sum;
-            /* the weighted sum of values, 64 dimensions at a time held in registers, keys in order */
-            for (int64_t d0 = 0; d0 < D8; d0 += 64) {
-                const int nv = (int)((D8 - d0) / 8 < 8 ? (D8 - d0) / 8 : 8);
-                v8f r[8] = {{0}, {0}, {0}, {0}, {0}, {0}, {0}, {0}};
-                for (int64_t j = 0; j < S; j++) {
-                    if (!seen[j]) continue;
-                    const float *vj = vb + j * D + d0;
-                    const v8f p = (v8f){0} + e[j];
-                    for (int u = 0; u < nv; u++) r[u] += p * load8(vj + 8 * u);
-                }
-                for (int u = 0; u < nv; u++) store8(o + d0 + 8 * u, r[u] * inv);
-            }
-            for (int64_t d = D8; d < D; d++) {
-                float r = 0.0f;
-                for (int64_t j = 0; j < S; j++) if (seen[j]) r += e[j] * vb[j * D + d];
-                o[d] = r * inv;
-            }
+typedef uint16_t v8h __attribute__((vector_size(16)));
+typedef uint32_t v8u __attribute__((vector_size(32)));
+
+static inline v8f widen8(const uint16_t *p) {
+    v8h h; memcpy(&h, p, sizeof h);
+    v8u u = __builtin_convertvector(h, v8u) << 16;
+    v8f f; memcpy(&f, &u, sizeof f); return f;
+}
+static inline float widen1(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
+
+/* Element i of a key or value tensor as fp32: the same number either way, so both variants agree. */
+#define KV8(p, i, bf16) ((bf16) ? widen8((const uint16_t *)(p) + (i)) : load8((const float *)(p) + (i)))
+#define KV1(p, i, bf16) ((bf16) ? widen1(((const uint16_t *)(p))[i]) : ((const float *)(p))[i])
+
+typedef struct { int64_t B, H, KVH, Q, S, D, mb, mh, mi, diag; float scale; } dims_t;
+
+/* Task t (batch b, head h, query i): e and seen are the thread's scratch, S rounded up to 8 long.
+ * Inlined into each variant with bf16 a constant, so neither pays for the other's loads. */
+static inline __attribute__((always_inline)) void attend(const float *q, const void *k, const void *v,
+                                                          const float *mask, float *out, const dims_t *dm,
+                                                          int64_t t, float *e, unsigned char *seen, int bf16) {
+    const int64_t H = dm->H, Q = dm->Q, S = dm->S, D = dm->D;
+    const int64_t D8 = D & ~(int64_t)7, S8 = (S + 7) & ~(int64_t)7;
+    const int64_t b = t / (H * Q), h = (t / Q) % H, i = t % Q, g = h / (H / dm->KVH);
+    const float *qi = q + ((b * H + h) * Q + i) * D;
+    const int64_t kv0 = (b * dm->KVH + g) * S * D;  /* this head's keys and values start here */
+    const float *mrow = mask ? mask + b * dm->mb + h * dm->mh + i * dm->mi : NULL;
+    const int64_t last = i + dm->diag;  /* causal: the last visible key */
+    float mx = -INFINITY;
+    int any = 0;
+    for (int64_t j = 0; j < S8; j++) {
+        int vis = j < S && (mrow ? mrow[j] > -1e30f : j <= last);
+        seen[j] = (unsigned char)vis;
+        any |= vis;
+    }
+    float *o = out + ((b * Q + i) * H + h) * D;
+    if (!any) { memset(o, 0, sizeof(float) * (size_t)D); return; }
+    /* scores, four keys at a time (four independent chains; each key's own chain over d is the same
+     * whatever its neighbours) */
+    for (int64_t j0 = 0; j0 < S8; j0 += 4) {
+        v8f a[4] = {{0}, {0}, {0}, {0}};
+        int64_t kj[4];
+        for (int u = 0; u < 4; u++) kj[u] = kv0 + (j0 + u < S ? j0 + u : 0) * D;
+        for (int64_t d = 0; d < D8; d += 8) {
+            v8f qv = load8(qi + d);
+            for (int u = 0; u < 4; u++) a[u] += qv * KV8(k, kj[u] + d, bf16);
         }
-        free(e); free(seen);
+        for (int u = 0; u < 4; u++) {
+            int64_t j = j0 + u;
+            if (!seen[j]) { e[j] = 0.0f; continue; }
+            float sc = hsum(a[u]);
+            for (int64_t d = D8; d < D; d++) sc += qi[d] * KV1(k, kj[u] + d, bf16);
+            sc = sc * dm->scale + (mrow ? mrow[j] : 0.0f);
+            e[j] = sc;
+            if (sc > mx) mx = sc;
+        }
+    }
+    float sum = 0.0f;
+    for (int64_t j = 0; j < S8; j += 8) {
+        v8f x = load8(e + j) - mx, ex = exp8(x);
+        for (int l = 0; l < 8; l++) { float val = seen[j + l] ? ex[l] : 0.0f; e[j + l] = val; sum += val; }
+    }
+    const float inv = 1.0f / sum;
+    /* the weighted sum of values, 64 dimensions at a time held in registers, keys in order */
+    for (int64_t d0 = 0; d0 < D8; d0 += 64) {
+        const int nv = (int)((D8 - d0) / 8 < 8 ? (D8 - d0) / 8 : 8);
+        v8f r[8] = {{0}, {0}, {0}, {0}, {0}, {0}, {0}, {0}};
+        for (int64_t j = 0; j < S; j++) {
+            if (!seen[j]) continue;
+            const int64_t vj = kv0 + j * D + d0;
+            const v8f p = (v8f){0} + e[j];
+            for (int u = 0; u < nv; u++) r[u] += p * KV8(v, vj + 8 * u, bf16);
+        }
+        for (int u = 0; u < nv; u++) store8(o + d0 + 8 * u, r[u] * inv);
+    }
+    for (int64_t d = D8; d < D; d++) {
+        float r = 0.0f;
+        for (int64_t j = 0; j < S; j++) if (seen[j]) r += e[j] * KV1(v, kv0 + j * D + d, bf16);
+        o[d] = r * inv;
     }
 }
+
+/* One exported variant per key/value type; the parallel region lives here (not in a shared helper)
+ * so that each thread's loop calls attend() with bf16 a constant. */
+#define DEFINE_ATTENTION(NAME, KV_T, BF16)                                                                 \
+void NAME(const float *q, const KV_T *k, const KV_T *v, const float *mask, float *out,                   \
+          int64_t B, int64_t H, int64_t KVH, int64_t Q, int64_t S, int64_t D,                             \
+          int64_t mb, int64_t mh, int64_t mi, int64_t diag, float scale, int nthreads) {                  \
+    const dims_t dm = {B, H, KVH, Q, S, D, mb, mh, mi, diag, scale};                                       \
+    const int64_t tasks = B * H * Q, S8 = (S + 7) & ~(int64_t)7;                                          \
+    const int parallel = nthreads > 1 && tasks * S * D >= sd_serial_work;                                \
+    sd_team = 1; (void)parallel;                                                                           \
+    OMP(omp parallel if(parallel) num_threads(nthreads))                                                   \
+    {                                                                                                      \
+        NOTE_TEAM();                                                                                       \
+        float *e = malloc(sizeof(float) * (size_t)S8);                                                     \
+        unsigned char *seen = malloc((size_t)S8);                                                          \
+        OMP(omp for schedule(static))                                                                      \
+        for (int64_t t = 0; t < tasks; t++) attend(q, k, v, mask, out, &dm, t, e, seen, BF16);            \
+        free(e); free(seen);                                                                               \
+    }                                                                                                      \
+}
+
+DEFINE_ATTENTION(sd_attention_f32, float, 0)
+DEFINE_ATTENTION(sd_attention_bf16kv, uint16_t, 1)
