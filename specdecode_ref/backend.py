@@ -52,6 +52,7 @@ from .cache import cache_dir
 BACKENDS = ("auto", "fast", "eager")
 ENV_VAR = "SPECDECODE_BACKEND"
 _SOURCES = [Path(__file__).with_name("kernels") / name for name in ("linear.c", "attention.c")]
+_HEADERS = [Path(__file__).with_name("kernels") / "threads.h"]  # included by both: part of the cache key
 ATTENTION = "specdecode"  # the name the kernel's attention is registered under in transformers
 
 
@@ -125,7 +126,7 @@ def kernel_path(variant: str = next(iter(VARIANTS)), cc: str | None = None) -> P
     which variant (``-march=native`` or not, OpenMP or not) built it."""
     cc = cc or _compiler() or "none"
     key = hashlib.sha256()
-    parts = (*(src.read_bytes() for src in _SOURCES), cc, _compiler_version(cc) if cc != "none" else "",
+    parts = (*(src.read_bytes() for src in (*_SOURCES, *_HEADERS)), cc, _compiler_version(cc) if cc != "none" else "",
              repr(_BASE_FLAGS), repr(VARIANTS), _cpu_fingerprint(), platform.machine(), sys.platform)
     for part in parts:
         key.update(part if isinstance(part, bytes) else part.encode())

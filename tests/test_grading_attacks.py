@@ -38,8 +38,8 @@ def grade_files(lab: Path, files: dict, root: Path, **kw) -> tuple:
         path = folder / name / "student.py"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(text))
-    report = grading.grade(lab, labs.find_submissions(folder, labs.Lab.open(lab)), test_timeout=5, timeout=60,
-                           jobs=2, **kw)
+    kw = {"test_timeout": 5, "timeout": 60, "jobs": 2, **kw}
+    report = grading.grade(lab, labs.find_submissions(folder, labs.Lab.open(lab)), **kw)
     return {r["student"]: r for r in report["submissions"]}, report
 
 
@@ -267,3 +267,35 @@ def test_a_failure_of_the_grader_still_writes_results(tmp_path):
     assert on_disk == out and on_disk["score"] == 0 and on_disk["output"] == gradescope.GRADER_FAILED
     assert on_disk["extra_data"]["status"] == "grader error" and on_disk["tests"][0]["score"] == 0
     assert not gradescope.validate_results(on_disk)
+
+
+def test_work_done_in_a_child_process_counts_against_the_time_limit(toy, tmp_path):
+    """A function that does its work in a forked child (whose CPU its own process never sees)
+    is still held to the test's CPU limit: the grader counts every process the student side started."""
+    source = TOY_SOLUTION.replace("def add(a, b):\n    return a + b", textwrap.dedent('''
+        def add(a, b):
+            import os
+            import time
+
+            r, w = os.pipe()
+            if os.fork() == 0:
+                t = time.process_time()
+                while time.process_time() - t < 3.0:
+                    pass
+                os.write(w, str(a + b).encode())
+                os._exit(0)
+            os.close(w)
+            return int(os.read(r, 100))''').strip())
+    r, report = grade_files(toy, {"mallory": source}, tmp_path, test_timeout=1)
+    if mode(report) not in ("namespace", "user"):
+        pytest.skip(f"isolation {mode(report)}: the grader counts only the student side's own process")
+    add = next(t for t in r["mallory"]["tests"] if t["name"] == "test_add")
+    assert add["outcome"] == "timeout", add
+
+
+def test_plain_values_of_other_types_are_compared_as_values(toy, tmp_path):
+    """A Fraction, a namedtuple or a list subclass is the value it stands for, as in one process."""
+    odd = TOY_SOLUTION.replace("return a + b", "from fractions import Fraction\n    return Fraction(a + b)")
+    odd = odd.replace("return n", "import collections\n    return collections.Counter({'n': n})['n']")
+    r, _ = grade_files(toy, {"odd": odd}, tmp_path)
+    assert r["odd"]["percent"] == 100.0, r["odd"]["tests"]

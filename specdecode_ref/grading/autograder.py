@@ -303,9 +303,9 @@ def build_autograder(lab_dir, out, test_timeout: float = DEFAULT_TEST_TIMEOUT, t
     dirty = sorted({d for s in scans for d in s.dirty})
     if dirty and not allow_dirty:
         raise SystemExit(f"{lab.name}: the autograder is built from the commit ({scans[0].commit}), and these files "
-                         f"differ from it:\n  " + "\n  ".join(dirty) + "\nCommit them (or move the untracked ones "
-                         f"away), or build with --allow-dirty to take the working tree's files (the zip then names "
-                         f"each of them).")
+                         "differ from it:\n  " + "\n  ".join(dirty) + "\nCommit them (or move the untracked ones "
+                         "away), or build with --allow-dirty to take the working tree's files (the zip then names "
+                         "each of them).")
     entries = {}
     for s in scans:
         entries.update(s.entries)

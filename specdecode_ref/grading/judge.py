@@ -13,12 +13,11 @@ the submission cannot change) and as many of this process; a test that blocks is
 ``WALL_FACTOR`` times that on the wall clock. The student side is then killed, and the next test
 starts a fresh one.
 
-Run as a script by the runner: ``python judge.py JOB.json``; verdicts go as JSON lines to the
-pipe the job names (this process is trusted, so the runner believes them).
+Run by the runner as ``python -m specdecode_ref.grading.judge JOB.json``; verdicts go as JSON
+lines to the pipe the job names (this process is trusted, so the runner believes them).
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import select
@@ -28,16 +27,6 @@ import time
 from pathlib import Path
 
 WALL_FACTOR = 4.0
-
-
-def _register_package() -> None:
-    pkg_dir = Path(__file__).resolve().parent
-    if "specdecode_ref.grading" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("specdecode_ref.grading", pkg_dir / "__init__.py",
-                                                      submodule_search_locations=[str(pkg_dir)])
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["specdecode_ref.grading"] = module
-        spec.loader.exec_module(module)
 
 
 class ProtocolError(Exception):
@@ -173,7 +162,8 @@ class StudentSide:
         except BaseException as exc:  # noqa: BLE001 - the test's own callback failed: the student side is told
             if isinstance(exc, (KeyboardInterrupt,)):
                 raise
-            message = {"op": "raise", "message": wire.safe_text(lambda: f"{type(exc).__name__}: {exc}", 500)}
+            failed = exc
+            message = {"op": "raise", "message": wire.safe_text(lambda: f"{type(failed).__name__}: {failed}", 500)}
             self._callback_error = exc
         wire.send(self.proc.fd_out, message)
 
@@ -650,6 +640,16 @@ def _install_phase_wrappers():
     Recorder.pytest_runtest_teardown = teardown
 
 
+def _tail(path: Path, size: int = 4000) -> str:
+    """The end of the student side's log (its prints and tracebacks), however long it grew."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, 2) - size))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def judge_main(job_path: str) -> int:
     """Grade the submissions a job file lists, one pytest session each, streaming verdicts."""
     import pytest
@@ -691,14 +691,11 @@ def judge_main(job_path: str) -> int:
         for side in SESSION.get("sides", []):
             side.stop()
         box.kill_all()
-        send("done", log=log.read_text(errors="replace")[-4000:] if log.exists() else "")
+        send("done", log=_tail(log))
     return status
 
 
 if __name__ == "__main__":
-    if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-        sys.path.pop(0)
-    _register_package()
     from specdecode_ref.grading.judge import judge_main as _main  # the package's copy, so SESSION is shared
 
     sys.exit(_main(sys.argv[1]))

@@ -28,7 +28,6 @@ DEFAULT_TEST_TIMEOUT = 20.0  # CPU seconds per test (its fixtures included), on 
 DEFAULT_TIMEOUT = 300.0  # CPU seconds of the judging process per submission (all its tests, plus start-up)
 DEFAULT_WALL_TIMEOUT = 480.0  # wall-clock seconds per submission: inside Gradescope's default 10 minutes
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]
-_JUDGE = Path(__file__).resolve().parent / "judge.py"
 WALL_FACTOR = 4.0  # a test that blocks is stopped at this many times its CPU limit on the wall clock
 
 
@@ -105,7 +104,8 @@ def _run_judge(lab: Lab, subs: list, box, workdir: Path, files: list, test_timeo
     t0 = time.perf_counter()
     with open(log_path, "w") as log:
         try:
-            proc = subprocess.Popen([sys.executable, str(_JUDGE), str(job_path)], cwd=workdir, env=_judge_env(threads),
+            proc = subprocess.Popen([sys.executable, "-m", "specdecode_ref.grading.judge", str(job_path)], cwd=workdir,
+                                    env=_judge_env(threads),
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True, pass_fds=(write_fd,))
         finally:
@@ -154,12 +154,9 @@ def _assemble(sub: Submission, run: dict | None, index: int, lab: Lab, isolation
         _totals(rec)
         return rec
     tests, finished, done, collect_errors, internal = {}, None, None, [], []
-    t_start = None
     for ev in run["events"][index]:
         kind = ev.get("ev")
-        if kind == "start":
-            t_start = ev
-        elif kind == "collected":
+        if kind == "collected":
             tests = {t["name"]: dict(t, outcome="not run", message="", earned=0.0) for t in ev["tests"]}
         elif kind == "test" and ev.get("name") in tests:
             t = tests[ev["name"]]
@@ -322,6 +319,11 @@ def grade(lab_dir, submissions: list, out: str | os.PathLike | None = None, test
             gbox = box.for_one_judge()  # a user id per judging process: students graded at once never share one
             try:
                 run = _run_judge(lab, group_subs, gbox, wd, files, test_timeout, timeout, wall_timeout, threads, log)
+            except Exception as exc:  # noqa: BLE001 - the grader's own failure: a row for each, never no report
+                log.write_text(f"the grader failed: {type(exc).__name__}: {exc}\n")
+                run = {"events": [[{"ev": "internal", "message": f"the grader failed: {type(exc).__name__}: {exc}"}]
+                                  for _ in group], "rc": None, "uid": gbox.uid, "timed_out": False, "limit": None,
+                       "cpu_s": 0.0, "duration": 0.0, "log": ""}
             finally:
                 if gbox is not box:
                     release_uid(gbox.uid)

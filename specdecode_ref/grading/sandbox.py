@@ -37,8 +37,9 @@ from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # specdecode_ref/
 COURSE_ROOT = PACKAGE_DIR.parent
-STUDENT_SIDE = Path(__file__).resolve().parent / "student_side.py"
 UID_RANGE = (61000, 64999)  # numeric user ids for student sides (no account needed)
+FILE_LIMIT = 64 << 20  # bytes: the largest file (its log included) a student side may write
+PRIVATE_SIZE = "256m"  # its private folder, in memory, in the namespace modes
 MODES = ("namespace", "user", "userns", "process")
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWIPC = 0x00020000, 0x10000000, 0x40000000, 0x08000000
@@ -80,6 +81,7 @@ def no_core_dumps_of_me() -> None:
 @dataclass
 class Sandbox:
     mode: str
+    _cgroup = None  # the cgroup of the student side being started (root modes, where cgroups can be made)
     extra_visible: list = field(default_factory=list)  # more paths its root holds (read-only)
     uid: int | None = None
     probe: dict = field(default_factory=dict)
@@ -101,6 +103,9 @@ class Sandbox:
         root = tempfile.mkdtemp(prefix="specdecode-root-") if mode in ("namespace", "userns") else None
         self._stage_root = root
         binds = [(p, os.path.isdir(p)) for p in visible_paths(self.extra_visible)]
+        source = Path(private) / "student.py" if private is not None else None
+        student_bytes = source.read_bytes() if source is not None and source.is_file() else b""
+        cgroup = self._cgroup
         links = [(p, os.readlink(p)) for p in SYSTEM_PATHS if os.path.islink(p)]  # /lib -> usr/lib, ...
         writable = [str(private)] if private is not None else []
         outer_uid, outer_gid = os.getuid(), os.getgid()
@@ -110,6 +115,13 @@ class Sandbox:
 
             os.setsid()
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))  # no file (or log) fills the disk
+            if cgroup:  # its CPU, its children's included, is then counted where it cannot hide it
+                try:
+                    with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+                        f.write(str(os.getpid()))
+                except OSError:
+                    pass
             libc = _libc()
             if root is not None:
                 flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | (CLONE_NEWUSER if mode == "userns" else 0)
@@ -122,7 +134,7 @@ class Sandbox:
                 _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
                 _check(libc.mount(b"tmpfs", root.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=16m,mode=755"),
                        "a root of its own")
-                for path, is_dir in binds + [(w, True) for w in writable]:
+                for path, is_dir in binds:
                     target = root + path
                     if is_dir:
                         os.makedirs(target, exist_ok=True)
@@ -139,6 +151,16 @@ class Sandbox:
                     libc.mount(b"tmpfs", (root + "/dev/shm").encode(), b"tmpfs", MS_NOSUID | MS_NODEV,
                                b"size=64m,mode=1777")
                 os.makedirs(root + "/tmp", mode=0o755, exist_ok=True)
+                for w in writable:  # its private folder: a small memory file system with its one file
+                    os.makedirs(root + w, exist_ok=True)
+                    _check(libc.mount(b"tmpfs", (root + w).encode(), b"tmpfs", MS_NOSUID | MS_NODEV,
+                                      f"size={PRIVATE_SIZE},mode=700".encode()), "private folder")
+                    with open(root + w + "/student.py", "wb") as f:
+                        f.write(student_bytes)
+                    os.mkdir(root + w + "/cache")
+                    if uid is not None:
+                        for q in (w, w + "/student.py", w + "/cache"):
+                            os.chown(root + q, uid, uid)
                 os.chdir(root)
                 _check(libc.chroot(b"."), "chroot")
                 os.chdir(str(private) if private is not None else "/")
@@ -176,14 +198,15 @@ class Sandbox:
 
     def start(self, submission: Path, log, threads: int = 1) -> "StudentProcess":
         private = self.private_dir(submission)
-        cmd = [sys.executable, "-B", str(STUDENT_SIDE), str(private / "student.py")]
+        self._cgroup = new_cgroup(self.uid) if self.uid is not None else None
+        cmd = [sys.executable, "-B", "-m", "specdecode_ref.grading.student_side", str(private / "student.py")]
         try:
             proc = subprocess.Popen(cmd, cwd=private, env=self.env(private, threads), stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=log, preexec_fn=self._preexec(private),
                                     close_fds=True)
         finally:
             self._remove_stages()
-        return StudentProcess(self, proc, private)
+        return StudentProcess(self, proc, private, self._cgroup)
 
     def _remove_stages(self):
         """The empty folder the child's own root was mounted on (it matters only inside the child)."""
@@ -220,29 +243,106 @@ class Sandbox:
 
 
 class StudentProcess:
-    def __init__(self, sandbox: Sandbox, proc: subprocess.Popen, private: Path):
-        self.sandbox, self.proc, self.private = sandbox, proc, private
+    def __init__(self, sandbox: Sandbox, proc: subprocess.Popen, private: Path, cgroup: str | None = None):
+        self.sandbox, self.proc, self.private, self.cgroup = sandbox, proc, private, cgroup
         self.fd_out = proc.stdin.fileno()  # our requests
         self.fd_in = proc.stdout.fileno()  # its replies
+        self.seen: dict = {}  # (pid, start time) -> CPU seconds last read, for processes of its user id
 
     def cpu_seconds(self) -> float:
-        """CPU time of the student side (and its reaped children), read from /proc: the
-        submission cannot change this number."""
-        try:
-            with open(f"/proc/{self.proc.pid}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-            return sum(int(fields[i]) for i in (11, 12, 13, 14)) / os.sysconf("SC_CLK_TCK")
-        except (OSError, IndexError, ValueError):
-            return 0.0
+        """CPU time of the student side and everything it started, read by the grader (the
+        submission cannot change it): its cgroup's count where the grader made one (exact, exited
+        processes included); else the sum over every process of its user id as last seen; else
+        its own process and the children it reaped."""
+        if self.cgroup:
+            try:
+                with open(os.path.join(self.cgroup, "cpu.stat")) as f:
+                    for line in f:
+                        if line.startswith("usage_usec"):
+                            return int(line.split()[1]) / 1e6
+            except (OSError, ValueError, IndexError):
+                pass
+        pids = processes_of(self.sandbox.uid) if self.sandbox.uid is not None else [self.proc.pid]
+        for pid in pids:
+            cpu, start = _proc_cpu(pid)
+            if cpu is not None:
+                self.seen[(pid, start)] = max(cpu, self.seen.get((pid, start), 0.0))
+        return sum(self.seen.values())
 
     def stop(self) -> None:
         self.sandbox.kill_all(self.proc)
+        remove_cgroup(self.cgroup)
         for f in (self.proc.stdin, self.proc.stdout):
             try:
                 f.close()
             except OSError:
                 pass
         shutil.rmtree(self.private, ignore_errors=True)
+
+
+def _proc_cpu(pid: int) -> tuple:
+    """(CPU seconds of a process and of the children it reaped, its start time), or (None, None)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return sum(int(fields[i]) for i in (11, 12, 13, 14)) / os.sysconf("SC_CLK_TCK"), int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None, None
+
+
+def _cgroup2_root() -> str | None:
+    """A cgroup version 2 hierarchy this (root) process may create groups in, or None."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        with open("/proc/self/mounts") as f:
+            mounts = [line.split() for line in f]
+    except OSError:
+        return None
+    for m in mounts:
+        if len(m) > 2 and m[2] == "cgroup2" and os.access(m[1], os.W_OK):
+            return m[1]
+    return None
+
+
+def new_cgroup(uid: int) -> str | None:
+    root = _cgroup2_root()
+    if root is None:
+        return None
+    path = os.path.join(root, f"specdecode-student-{uid}-{os.getpid()}-{time.time_ns()}")
+    try:
+        os.mkdir(path)
+        return path
+    except OSError:
+        return None
+
+
+def remove_cgroup(path: str | None) -> None:
+    """Kill whatever is left in the group (cgroup.kill, where the kernel has it) and remove it."""
+    if not path:
+        return
+    for _ in range(100):
+        try:
+            with open(os.path.join(path, "cgroup.procs")) as f:
+                pids = [int(x) for x in f.read().split()]
+        except OSError:
+            break
+        if not pids:
+            break
+        try:
+            with open(os.path.join(path, "cgroup.kill"), "w") as f:
+                f.write("1")
+        except OSError:
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        time.sleep(0.02)
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
 
 
 def processes_of(uid: int) -> list:

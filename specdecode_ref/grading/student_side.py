@@ -13,8 +13,8 @@ by this module, not by the submission. What a call changed in place (a list the 
 appended to, a cache it cropped, a generator it drew from) is sent back, so a test sees the
 same side effects as if it had called the function itself.
 
-Run as a script (``python student_side.py FILE``): importing ``specdecode_ref`` would load torch
-for labs that need only numpy.
+Run as ``python -m specdecode_ref.grading.student_side FILE`` (the package imports its names
+when first used, so a lab that needs only numpy never loads torch here).
 """
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ import builtins
 import importlib.util
 import os
 import sys
-from pathlib import Path
 
 # Exceptions the judging side re-raises as themselves, so ``pytest.raises(ValueError)`` works;
 # any other type arrives as the first of these in its method resolution order.
@@ -31,17 +30,6 @@ BUILTIN_ERRORS = ("NotImplementedError", "AssertionError", "ValueError", "TypeEr
                   "RecursionError", "RuntimeError", "StopIteration", "MemoryError", "OSError", "Exception")
 SPECIAL = ("__len__", "__getitem__", "__iter__", "__contains__", "__eq__", "__repr__", "__str__", "__bool__",
            "__int__", "__float__", "__index__", "__next__")
-
-
-def _register_package() -> None:
-    """Make ``specdecode_ref.grading`` importable without running ``specdecode_ref/__init__``."""
-    pkg_dir = Path(__file__).resolve().parent
-    if "specdecode_ref.grading" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("specdecode_ref.grading", pkg_dir / "__init__.py",
-                                                      submodule_search_locations=[str(pkg_dir)])
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["specdecode_ref.grading"] = module
-        spec.loader.exec_module(module)
 
 
 class TrackedList(list):
@@ -341,11 +329,8 @@ def main(path: str) -> None:
     os.dup2(2, 1)
     sys.stdin = open(os.devnull)
     sys.stdout = os.fdopen(1, "w", buffering=1)
-    _register_package()
     Server(fd_in, fd_out, path).serve()
 
 
 if __name__ == "__main__":
-    if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-        sys.path.pop(0)  # run as a script: the grading package's modules are not top-level names
     main(sys.argv[1])

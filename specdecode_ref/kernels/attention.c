@@ -24,14 +24,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#define OMP(...) _Pragma(#__VA_ARGS__)
-#define NOTE_TEAM() do { if (omp_get_thread_num() == 0) sd_team = omp_get_num_threads(); } while (0)
-#else
-#define OMP(...)
-#define NOTE_TEAM() ((void)0)
-#endif
+#include "threads.h"
 
 extern const int64_t sd_serial_work;  /* linear.c: below this much work a kernel runs alone */
 extern _Thread_local int sd_team;     /* linear.c: the threads of the caller's last kernel call */

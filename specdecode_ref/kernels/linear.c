@@ -24,14 +24,7 @@
  */
 #include <stdint.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#define OMP(...) _Pragma(#__VA_ARGS__)
-#define NOTE_TEAM() do { if (omp_get_thread_num() == 0) sd_team = omp_get_num_threads(); } while (0)
-#else
-#define OMP(...)
-#define NOTE_TEAM() ((void)0)
-#endif
+#include "threads.h"
 
 const int64_t sd_serial_work = (int64_t)1 << 16;  /* multiply-adds below which a kernel runs alone */
 _Thread_local int sd_team;  /* the threads the calling thread's last kernel call ran on (for tests) */
