@@ -41,10 +41,11 @@ def test_labs_exist():
 
 
 # The tamper attempts are the same files appended to any lab's stubs, and what stops them is the
-# runner's two sides, not a lab: they run here on a lab with tensors and statistical tests (lab 1)
-# and on one with plain numbers (lab 3). Each attempt costs a judging process of its own;
-# `python -m specdecode_ref.grading labs/lab0* --self-test` runs them on every lab.
-TAMPER_LABS = {"lab01_rejection_sampler", "lab03_speedup_model"}
+# runner's two sides, not a lab: they run here on lab 3 (tests/test_grading_attacks.py runs each
+# class of attack on a toy lab, and the autograder test below one attempt per lab). Each attempt
+# costs a judging process of its own; `python -m specdecode_ref.grading labs/lab0* --self-test`
+# runs them on every lab.
+TAMPER_LABS = {"lab03_speedup_model"}
 
 
 @pytest.fixture(scope="module")
@@ -251,10 +252,10 @@ SUBMISSIONS = {
     "alice.py": TOY_SOLUTION,
     "bob/student.py": TOY_SOLUTION.replace("a + b", "a - b"),
     "carol/toy/student.py": "def add(a, b)\n    return a + b\n",  # syntax error
-    # An endless loop that ignores even the grader's per-test alarm: the submission time limit ends it.
+    # An endless loop that ignores signals: the judge reads the student side's CPU from outside and stops it.
     "dave.py": TOY_SOLUTION + "\n\ndef count(n):\n    import signal\n\n"
                                "    signal.signal(signal.SIGPROF, signal.SIG_IGN)\n    while True:\n        pass\n",
-    "erin.py": "import os\n\n\ndef add(a, b):\n    os._exit(3)\n",  # kills the grading process
+    "erin.py": "import os\n\n\ndef add(a, b):\n    os._exit(3)\n",  # ends the process that runs her code
     "frank/notes.txt": "no code here",
 }
 
@@ -284,8 +285,10 @@ def test_grader_mechanics(tmp_path, capsys):
     assert r["bob"]["score"] == 3 and r["bob"]["status"] == "ok"  # test_add failed, the rest passed
     assert {t["name"]: t["outcome"] for t in r["bob"]["tests"]}["test_add"] == "failed"
     assert r["carol"]["status"] == "load error" and "SyntaxError" in r["carol"]["message"] and r["carol"]["score"] == 0
-    assert r["dave"]["status"] == "timeout" and r["dave"]["score"] == 3  # the tests before the loop count
-    assert r["erin"]["status"] == "crashed" and r["erin"]["score"] == 0
+    dave = {t["name"]: t["outcome"] for t in r["dave"]["tests"]}
+    assert r["dave"]["score"] == 3 and dave["test_count"] == "timeout"  # the loop costs its own test only
+    erin = {t["name"]: t["message"] for t in r["erin"]["tests"]}
+    assert r["erin"]["score"] == 0 and "ended" in erin["test_add"]  # the judge goes on; her tests fail
     assert r["frank"]["status"] == "missing" and r["frank"]["total"] == 3
     assert {t["hidden"] for t in r["alice"]["tests"]} == {False, True}
 

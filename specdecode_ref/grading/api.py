@@ -96,7 +96,7 @@ def lab_fixture(grading_file: str):
 
     In a grading file: ``lab = lab_fixture(__file__)``; tests then take ``lab`` as an argument and
     call ``lab.f(x)``. Under the grader, ``lab`` is the submission running in a process of its
-    own (a fresh one per grading file; see judge.py): the test sends data and gets data back.
+    own (see judge.py): the test sends data and gets data back.
     Outside the grader (a learner running the tests with pytest) it is the module itself.
     A file that fails to import makes every test error (0 points) instead of stopping the run.
     """
@@ -111,11 +111,7 @@ def lab_fixture(grading_file: str):
         if judge.SESSION.get("factory") is None:
             yield load_lab(lab_dir=lab_dir)
             return
-        side = judge.new_student_side()
-        try:
-            yield judge.RemoteLab(side)
-        finally:
-            side.stop()
+        yield judge.RemoteLab(judge.new_student_side())  # the judge stops it after the submission
 
     return _lab
 

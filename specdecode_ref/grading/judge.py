@@ -508,13 +508,16 @@ SESSION: dict = {}  # the submission being graded: its StudentSide factory (set 
 
 
 def new_student_side() -> StudentSide:
-    """Called by ``lab_fixture`` in each grading file: a fresh student side for that file (so a
-    hidden file never shares a process with a visible one, and no state leaks between them)."""
-    factory = SESSION.get("factory")
-    if factory is None:
-        raise RuntimeError("not grading: no student side to start")
-    side = factory()
-    SESSION.setdefault("sides", []).append(side)
+    """Called by ``lab_fixture`` in each grading file: the submission's student side, one for all
+    its grading files. pytest runs the visible files before the hidden ones, so nothing the
+    student side sees in a hidden test can reach a visible test's message (those have all ended)."""
+    side = SESSION.get("side")
+    if side is None:
+        factory = SESSION.get("factory")
+        if factory is None:
+            raise RuntimeError("not grading: no student side to start")
+        side = SESSION["side"] = factory()
+        SESSION.setdefault("sides", []).append(side)
     return side
 
 

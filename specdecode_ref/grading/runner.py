@@ -276,7 +276,7 @@ def grade(lab_dir, submissions: list, out: str | os.PathLike | None = None, test
           wall_timeout: float = DEFAULT_WALL_TIMEOUT, isolation: str | None = None, apis=None) -> dict:
     """Grade ``submissions`` (a list of :class:`Submission` or (name, path) pairs) for one lab.
 
-    Every submission runs in a student side of its own (per grading file), in the sandbox the
+    Every submission runs in a student side of its own, in the sandbox the
     machine allows (``isolation`` forces a mode, see sandbox.py). isolate: one judging process per
     submission (the default: a crash of the judge or a time limit costs only that submission);
     isolate=False lets trusted files (the self-test's) share one judging process, which saves its
