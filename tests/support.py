@@ -351,24 +351,34 @@ BLOCK_TWINS = {"weights_not_carried": ("prefix_weights", weights_not_carried),
 
 @contextlib.contextmanager
 def starved_children(command_contains: str, run_s: float = 0.1, stop_s: float = 0.2):
-    """Let this process's child processes whose command line contains ``command_contains`` run
-    only ``run_s`` of every ``run_s + stop_s`` seconds (SIGSTOP, then SIGCONT): what a saturated
-    CPU does to them on the wall clock, without loading the CPU (Linux only)."""
+    """Let this process's descendants whose command line contains ``command_contains`` run only
+    ``run_s`` of every ``run_s + stop_s`` seconds (SIGSTOP, then SIGCONT): what a saturated CPU
+    does to them on the wall clock, without loading the CPU (Linux only)."""
     me = os.getpid()
     done = threading.Event()
 
     def children():
-        pids = []
+        parent, wanted = {}, []
         for d in Path("/proc").iterdir():
             if not d.name.isdigit():
                 continue
             try:
-                ppid = int((d / "stat").read_bytes().rsplit(b")", 1)[1].split()[1])
-                if ppid == me and command_contains.encode() in (d / "cmdline").read_bytes():
-                    pids.append(int(d.name))
+                parent[int(d.name)] = int((d / "stat").read_bytes().rsplit(b")", 1)[1].split()[1])
+                if command_contains.encode() in (d / "cmdline").read_bytes():
+                    wanted.append(int(d.name))
             except (OSError, ValueError, IndexError):
                 pass
-        return pids
+
+        def mine(pid):
+            for _ in range(64):
+                pid = parent.get(pid, 0)
+                if pid == me:
+                    return True
+                if pid <= 1:
+                    return False
+            return False
+
+        return [pid for pid in wanted if mine(pid)]
 
     def signal_all(pids, sig):
         for pid in pids:

@@ -299,3 +299,14 @@ def test_plain_values_of_other_types_are_compared_as_values(toy, tmp_path):
     odd = odd.replace("return n", "import collections\n    return collections.Counter({'n': n})['n']")
     r, _ = grade_files(toy, {"odd": odd}, tmp_path)
     assert r["odd"]["percent"] == 100.0, r["odd"]["tests"]
+
+
+def test_a_weaker_mode_says_what_it_cannot_promise(toy, tmp_path):
+    """Forced to the weakest mode (a separate process only, as on a machine without root or user
+    namespaces), grading still works, and the report says which mode graded and what it could not
+    hide, so no sentence promises more than the probe measured."""
+    r, report = grade_files(toy, {"alice": TOY_SOLUTION}, tmp_path, isolation="process")
+    iso = r["alice"]["isolation"]
+    assert r["alice"]["percent"] == 100.0
+    assert iso["mode"] == report["isolation"]["mode"] == "process" and "do not grade untrusted code" in iso["guarantees"]
+    assert any(p.endswith("reference.py") for p in iso["readable_secrets"])  # measured, not assumed

@@ -1,11 +1,11 @@
 """Grading on a busy machine: the load changes how long a grading takes, never its verdict.
 
-A grading process on a saturated CPU waits for the CPU; the grader's time limits count the CPU
-time the process itself uses, so an honest submission graded beside other work (a class graded
-with ``--jobs``, a test suite) comes out ``ok`` with its full score, an endless loop is still
-stopped, and every tamper attempt is still caught. The load is made without loading the CPU:
-``starved_children`` pauses the grading processes two thirds of the time (SIGSTOP/SIGCONT), so a
-grading takes about three times as long on the clock as it computes.
+The judging process and the student side on a saturated CPU wait for the CPU; the grader's time
+limits count the CPU time each side uses, so an honest submission graded beside other work (a
+class graded with ``--jobs``, a test suite) comes out ``ok`` with its full score, an endless loop
+is still stopped, and every tamper attempt still scores the stubs' 0. The load is made without
+loading the CPU: ``starved_children`` pauses both sides two thirds of the time (SIGSTOP/SIGCONT),
+so a grading takes about three times as long on the clock as it computes.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from support import starved_children
 from toy_lab import TOY_SOLUTION, TOY_STUDENT, make_lab
 
 ROOT = Path(__file__).resolve().parent.parent
-CHILD = "grading/child.py"
+CHILD = "specdecode_ref.grading."  # the judging process and the student side (python -m ...)
 
 SLOW_TESTS = '''
 import time
@@ -50,8 +50,8 @@ def test_count(lab):
 
 def test_starved_toy_lab_limits_count_cpu_time_and_tampering_is_caught(tmp_path):
     """Under load: a test that computes less than its limit passes however long it waits for the
-    CPU; one that loops forever is stopped ("timeout" for that test, the others graded); neither
-    is "tampered"; and each tamper attempt, graded at the same time, is "tampered" with 0 points."""
+    CPU; one that loops forever is stopped ("timeout" for that test, the others graded); and each
+    tamper attempt, graded at the same time, scores the stubs' 0."""
     lab = make_lab(tmp_path / "labs", "lab01_toy", SLOW_TESTS, TOY_STUDENT, TOY_SOLUTION)
     loops = tmp_path / "loops.py"
     loops.write_text(TOY_SOLUTION.replace("return n", "while True:\n        pass"))
@@ -65,15 +65,15 @@ def test_starved_toy_lab_limits_count_cpu_time_and_tampering_is_caught(tmp_path)
     assert (r["loops"]["status"], r["loops"]["score"], r["loops"]["evidence"]) == ("ok", 2.0, [])
     outcomes = {t["name"]: t["outcome"] for t in r["loops"]["tests"]}
     assert outcomes == {"test_add_after_work": "passed", "test_count": "timeout"}, outcomes
-    assert len(tampers) == len(selftest.tamper_attempts()) >= 4
+    assert len(tampers) == len(selftest.tamper_attempts()) >= 8
     for t in tampers:
-        assert (r[t.name]["status"], r[t.name]["score"]) == ("tampered", 0.0), (t.name, r[t.name]["message"])
+        assert r[t.name]["score"] == 0.0, (t.name, r[t.name]["message"])
 
 
 def test_model_lab_reference_graded_under_load_is_ok():
     """Lab 4 (tiny Llamas: its first test imports transformers and builds models) at the default
     limits, its grading processes starved: the reference scores 100 % with status "ok" while
-    another grading of the same lab runs at once (a tamper attempt, which is caught)."""
+    another grading of the same lab runs at once (a tamper attempt, which scores 0)."""
     lab = Lab.open(ROOT / "labs" / "lab04_draft_verify_loop")
     with tempfile.TemporaryDirectory(prefix="specdecode-load-") as tmp:
         tamper = next(s for s in selftest._write_tamper_submissions(lab, Path(tmp)) if s.name == "tamper:plugin_rewrite")
@@ -84,16 +84,17 @@ def test_model_lab_reference_graded_under_load_is_ok():
     assert (r["status"], r["percent"], r["evidence"]) == ("ok", 100.0, []), (r["status"], r["message"], r["evidence"])
     # starved: more than twice as long on the clock as it computed, and past the 20 s per-test limit
     assert r["duration_s"] > max(2.0 * r["cpu_s"], grading.DEFAULT_TEST_TIMEOUT), (r["duration_s"], r["cpu_s"])
-    assert (t["status"], t["score"]) == ("tampered", 0.0), t["message"]
+    assert t["score"] == 0.0, t["message"]
 
 
-def test_a_process_that_never_exits_is_a_timeout_not_tampering(tmp_path):
-    """A submission that leaves a thread running keeps its grading process alive after the tests:
-    stopped on the wall clock (it computes nothing), status "timeout", the points it earned kept."""
+def test_a_thread_left_running_does_not_hold_the_grading(tmp_path):
+    """A submission that leaves a thread running would keep a process alive after the tests: its
+    student side is killed with everything of its user when the submission is done, so the
+    grading ends at once with the points earned."""
     lab = make_lab(tmp_path / "labs", "lab01_toy", SLOW_TESTS.replace("burn(0.6)", ""), TOY_STUDENT, TOY_SOLUTION)
     hangs = tmp_path / "hangs.py"
     hangs.write_text("import threading\nimport time\n\nthreading.Thread(target=time.sleep, args=(3600,)).start()\n\n"
                      + TOY_SOLUTION)
     (r,) = grading.grade(lab, [("hangs", hangs)], test_timeout=1, timeout=2)["submissions"]
-    assert (r["status"], r["percent"], r["evidence"]) == ("timeout", 100.0, []), (r["status"], r["message"])
-    assert "without exiting" in r["message"] and "blocked" in r["message"]
+    assert (r["status"], r["percent"], r["evidence"]) == ("ok", 100.0, []), (r["status"], r["message"])
+    assert r["duration_s"] < 30

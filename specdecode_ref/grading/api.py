@@ -14,6 +14,9 @@ from pathlib import Path
 from .labs import IMPL_ENV
 
 NAMED_IMPLS = ("student", "reference", "solution")
+# Set by the judging process (judge.py) while it grades: a function returning the submission as a
+# RemoteLab. Empty everywhere else, where ``lab`` is the module itself.
+REMOTE_LAB: list = []
 
 
 class GradingTimeout(BaseException):
@@ -106,12 +109,9 @@ def lab_fixture(grading_file: str):
 
     @pytest.fixture(scope="module", name="lab")
     def _lab():
-        from . import judge
-
-        if judge.SESSION.get("factory") is None:
-            yield load_lab(lab_dir=lab_dir)
-            return
-        yield judge.RemoteLab(judge.new_student_side())  # the judge stops it after the submission
+        if REMOTE_LAB:  # under the grader: the submission on its student side (the judge stops it)
+            return REMOTE_LAB[0]()
+        return load_lab(lab_dir=lab_dir)
 
     return _lab
 

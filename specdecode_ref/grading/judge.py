@@ -46,8 +46,9 @@ class StudentSide:
         self.lists: dict = {}  # id(list) -> (key, list, snapshot)
         self.next_key = 1
         self.cpu0 = 0.0
-        self.wall0 = time.perf_counter()
         self.cpu_spent = 0.0  # CPU of student sides already stopped during this test
+        self.waited = 0.0  # seconds this test has waited for the student side's replies
+        self.wait0 = time.perf_counter()
         self.pending_models: list = []
         self.load_error = None
         self.broken = None
@@ -89,7 +90,7 @@ class StudentSide:
             self.cpu0 = 0.0
 
     def begin_test(self):
-        self.wall0 = time.perf_counter()
+        self.waited = 0.0
         self.cpu_spent = 0.0
         self.cpu0 = self.proc.cpu_seconds() if self.proc is not None else 0.0
 
@@ -100,7 +101,7 @@ class StudentSide:
         if not self.test_timeout:
             return
         cpu = self.cpu_spent + (self.proc.cpu_seconds() - self.cpu0 if self.proc is not None else 0.0)
-        wall = time.perf_counter() - self.wall0
+        wall = self.waited + (time.perf_counter() - self.wait0)  # time spent waiting for the student side
         if cpu > self.test_timeout:
             self.stop()
             raise GradingTimeout(f"test used more than {self.test_timeout:g} s of CPU time")
@@ -119,11 +120,16 @@ class StudentSide:
         except OSError:
             return self._died()
         while True:
-            while True:
-                ready, _, _ = select.select([proc.fd_in], [], [], 0.05)
-                if ready:
-                    break
-                self._limits()
+            self.wait0 = time.perf_counter()
+            try:
+                while True:
+                    ready, _, _ = select.select([proc.fd_in], [], [], 0.05)
+                    if ready:
+                        break
+                    self._limits()
+            finally:
+                self.waited += time.perf_counter() - self.wait0
+                self.wait0 = time.perf_counter()
             try:
                 reply = wire.receive(proc.fd_in)
             except wire.ChannelClosed:
@@ -508,7 +514,7 @@ SESSION: dict = {}  # the submission being graded: its StudentSide factory (set 
 
 
 def new_student_side() -> StudentSide:
-    """Called by ``lab_fixture`` in each grading file: the submission's student side, one for all
+    """Called through ``lab_fixture`` in each grading file: the submission's student side, one for all
     its grading files. pytest runs the visible files before the hidden ones, so nothing the
     student side sees in a hidden test can reach a visible test's message (those have all ended)."""
     side = SESSION.get("side")
@@ -662,6 +668,9 @@ def judge_main(job_path: str) -> int:
 
     sandbox_mod.no_core_dumps_of_me()
     _install_phase_wrappers()
+    from . import api
+
+    api.REMOTE_LAB[:] = [lambda: RemoteLab(new_student_side())]
     job = json.loads(Path(job_path).read_text())
     fd = int(job["verdict_fd"])
     box = Sandbox(**job["sandbox"])

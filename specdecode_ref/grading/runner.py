@@ -173,6 +173,7 @@ def _assemble(sub: Submission, run: dict | None, index: int, lab: Lab, isolation
             done = ev
     rec["tests"] = list(tests.values())
     rec["duration_s"] = round(run["duration"] / max(1, len(run["events"])), 2)
+    rec["cpu_s"] = round(float(run.get("cpu_s") or 0.0) / max(1, len(run["events"])), 1)  # the judge's own
     if done is not None and done.get("log"):
         rec["student_log"] = done["log"]
     if collect_errors:
