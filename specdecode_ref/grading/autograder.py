@@ -37,7 +37,7 @@ from pathlib import Path, PurePosixPath
 from typing import Callable
 
 from .labs import Lab
-from .runner import DEFAULT_TEST_TIMEOUT, DEFAULT_TIMEOUT
+from .runner import DEFAULT_TEST_TIMEOUT, DEFAULT_TIMEOUT, lab_apis
 
 SCRIPTS = Path(__file__).resolve().parent / "autograder_scripts"
 COURSE_ROOT = Path(__file__).resolve().parents[2]
@@ -234,18 +234,6 @@ def _built_from(scans: list, lab_rel: str) -> str:
     if lab.repo != course.repo:
         text += f"; {lab_rel}: " + lab.commit + ("-dirty" if lab.repo in dirty else "")
     return text
-
-
-def lab_apis(lab: Lab) -> dict:
-    """{lab name: sorted public names of its student.py} for the lab and every lab folder next to
-    it (``lab[0-9]*`` with grading files): how the grader tells which lab an upload is for."""
-    dirs = {lab.dir} | {p.resolve() for p in lab.dir.parent.glob("lab[0-9]*")
-                        if p.is_dir() and any(p.glob("grading_*.py"))}
-    apis = {}
-    for d in sorted(dirs):
-        other = lab if d == lab.dir else Lab.open(d)
-        apis[other.name] = sorted(other.api_names())
-    return dict(sorted(apis.items()))
 
 
 def _embedded_pin(entries: dict) -> str:

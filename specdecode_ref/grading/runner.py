@@ -223,7 +223,9 @@ def _check_lab_match(subs: list, lab: Lab, others, apis: dict | None = None) -> 
 
 
 def lab_apis(lab: Lab, others=()) -> dict:
-    return {c.name: sorted(c.api_names()) for c in sibling_labs(lab, others)}
+    """{lab name: sorted public names of its student.py} for ``lab``, ``others`` and every lab folder
+    next to it: the one table both graders use to tell which lab an upload is for."""
+    return dict(sorted((c.name, sorted(c.api_names())) for c in sibling_labs(lab, others)))
 
 
 def _as_student_files(subs: list, todo: list, folder: Path) -> None:
