@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 WALL_FACTOR = 4.0
 
 
@@ -586,6 +588,20 @@ class Recorder:
         finally:
             self.in_phase = False
 
+    # Innermost wrappers (trylast): the limit applies to the fixtures and the test, not to pytest's
+    # own reporting, where a timeout would break pytest itself.
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_runtest_setup(self, item):
+        return (yield from self._phase())
+
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_runtest_call(self, item):
+        return (yield from self._phase())
+
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_runtest_teardown(self, item, nextitem):
+        return (yield from self._phase())
+
     def pytest_runtest_protocol(self, item, nextitem):
         self._arm()
         for side in SESSION.get("sides", []):
@@ -628,27 +644,6 @@ class Recorder:
         self.send("finished", exitstatus=int(exitstatus))
 
 
-def _install_phase_wrappers():
-    import pytest
-
-    def wrap(hook):
-        @pytest.hookimpl(wrapper=True, trylast=True)
-        def method(self, item, *rest, **kw):
-            return (yield from self._phase())
-
-        method.__name__ = hook
-        return method
-
-    Recorder.pytest_runtest_setup = wrap("pytest_runtest_setup")
-    Recorder.pytest_runtest_call = wrap("pytest_runtest_call")
-
-    @pytest.hookimpl(wrapper=True, trylast=True)
-    def teardown(self, item, nextitem):
-        return (yield from self._phase())
-
-    Recorder.pytest_runtest_teardown = teardown
-
-
 def _tail(path: Path, size: int = 4000) -> str:
     """The end of the student side's log (its prints and tracebacks), however long it grew."""
     try:
@@ -661,13 +656,10 @@ def _tail(path: Path, size: int = 4000) -> str:
 
 def judge_main(job_path: str) -> int:
     """Grade the submissions a job file lists, one pytest session each, streaming verdicts."""
-    import pytest
-
     from . import sandbox as sandbox_mod
     from .sandbox import Sandbox
 
     sandbox_mod.no_core_dumps_of_me()
-    _install_phase_wrappers()
     from . import api
 
     api.REMOTE_LAB[:] = [lambda: RemoteLab(new_student_side())]
