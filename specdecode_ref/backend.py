@@ -52,7 +52,7 @@ from .cache import cache_dir
 BACKENDS = ("auto", "fast", "eager")
 ENV_VAR = "SPECDECODE_BACKEND"
 _SOURCES = [Path(__file__).with_name("kernels") / name for name in ("linear.c", "attention.c")]
-_HEADERS = [Path(__file__).with_name("kernels") / "threads.h"]  # included by both: part of the cache key
+_HEADERS = [Path(__file__).with_name("kernels") / name for name in ("lanes.h", "threads.h")]  # part of the cache key
 ATTENTION = "specdecode"  # the name the kernel's attention is registered under in transformers
 
 
@@ -80,9 +80,11 @@ VARIANTS = {
 _PTR, _I64 = ctypes.c_void_p, ctypes.c_int64
 _LINEAR_ARGS = [_PTR] * 4 + [_I64] * 5 + [ctypes.c_int]
 _ATTENTION_ARGS = [_PTR] * 5 + [_I64] * 10 + [ctypes.c_float, ctypes.c_int]
-_SIGNATURES = {  # every symbol the Python side calls: (argument types, result type)
-    "sd_linear_f32": (_LINEAR_ARGS, None), "sd_linear_bf16w": (_LINEAR_ARGS, None),
-    "sd_attention_f32": (_ATTENTION_ARGS, None), "sd_attention_bf16kv": (_ATTENTION_ARGS, None),
+_SIGNATURES = {  # every symbol the Python side calls: (argument types, result type: 0 or -1 = out of memory)
+    "sd_linear_f32": (_LINEAR_ARGS, ctypes.c_int), "sd_linear_bf16w": (_LINEAR_ARGS, ctypes.c_int),
+    "sd_linear_reference_f32": (_LINEAR_ARGS[:-1], ctypes.c_int),
+    "sd_linear_reference_bf16w": (_LINEAR_ARGS[:-1], ctypes.c_int),
+    "sd_attention_f32": (_ATTENTION_ARGS, ctypes.c_int), "sd_attention_bf16kv": (_ATTENTION_ARGS, ctypes.c_int),
     "sd_last_team": ([], ctypes.c_int), "sd_has_openmp": ([], ctypes.c_int),
 }
 
@@ -363,11 +365,36 @@ def _linear_cpu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     y = torch.empty(m, n, dtype=torch.float32, device="cpu")
     if m:
         fn = lib.sd_linear_f32 if w.dtype == torch.float32 else lib.sd_linear_bf16w
-        fn(x2.data_ptr(), w.data_ptr(), b.data_ptr() if b is not None else None, y.data_ptr(),
-           m, n, k, k, n, torch.get_num_threads())
+        _kernel_ok(fn(x2.data_ptr(), w.data_ptr(), b.data_ptr() if b is not None else None, y.data_ptr(),
+                      m, n, k, k, n, torch.get_num_threads()), "linear")
     if x.dtype != torch.float32:
         y = y.to(x.dtype)
     return y.reshape(*lead, n)
+
+
+def linear_reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """The product by its definition: x [M, K] fp32 times weight [N, K] (fp32 or bf16), every output
+    summed by the kernel's plain loop (``dot_row`` in kernels/linear.c), one after another, on one
+    thread. Slow; the fast :func:`linear` must equal it bit for bit. Returns [M, N] fp32."""
+    _check_linear(x, weight, bias)
+    if x.dim() != 2 or x.dtype != torch.float32 or weight.dtype not in _KERNEL_DTYPES:
+        raise ValueError(f"linear_reference takes x [M, K] fp32 and an fp32 or bf16 weight, got x "
+                         f"{tuple(x.shape)} {x.dtype}, weight {weight.dtype}")
+    lib = kernel_library()
+    x2, w = x.contiguous(), weight.contiguous()
+    b = None if bias is None else bias.float().contiguous()
+    (m, k), n = x2.shape, w.shape[0]
+    y = torch.empty(m, n, dtype=torch.float32, device="cpu")
+    fn = lib.sd_linear_reference_f32 if w.dtype == torch.float32 else lib.sd_linear_reference_bf16w
+    _kernel_ok(fn(x2.data_ptr(), w.data_ptr(), b.data_ptr() if b is not None else None, y.data_ptr(),
+                  m, n, k, k, n), "linear_reference")
+    return y
+
+
+def _kernel_ok(status: int, name: str) -> None:
+    """A kernel returns -1 when a buffer it needs cannot be allocated: raise, never return garbage."""
+    if status != 0:
+        raise MemoryError(f"the fast backend's {name} kernel could not allocate its scratch memory")
 
 
 def _linear_fake(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -486,8 +513,8 @@ def _attention_cpu(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, 
     diag = {"last": s - q, "first": 0, None: s}[causal]
     out = torch.empty(b, q, h, d, dtype=torch.float32, device="cpu")
     fn = lib.sd_attention_f32 if kc.dtype == torch.float32 else lib.sd_attention_bf16kv
-    fn(qf.data_ptr(), kc.data_ptr(), vc.data_ptr(), mask.data_ptr() if mask is not None else None,
-       out.data_ptr(), b, h, kvh, q, s, d, *strides, diag, scale, torch.get_num_threads())
+    _kernel_ok(fn(qf.data_ptr(), kc.data_ptr(), vc.data_ptr(), mask.data_ptr() if mask is not None else None,
+                  out.data_ptr(), b, h, kvh, q, s, d, *strides, diag, scale, torch.get_num_threads()), "attention")
     return out if query.dtype == torch.float32 else out.to(query.dtype)
 
 
