@@ -9,6 +9,9 @@ floor, and whether they decode the same text.
   share its forward.
 * :func:`greedy_agreement`: plain greedy decoding on both backends, prompt by prompt: the same
   tokens?, the logit gap at the first difference, and the speed of each.
+* :func:`compile_check`: ``torch.compile`` around the model on the fast backend (the kernels are torch
+  operators, so they sit in its graph): the framework time it removes per forward, what compiling
+  costs, whether positions stay bitwise invariant, and how far its logits move.
 
 Run ``python -m specdecode_ref.measure.backends`` for all of them on this machine (the CPU is printed
 with the figures).
@@ -159,6 +162,48 @@ def greedy_agreement(fast, eager, prompts: dict, max_new_tokens: int = 64, progr
     return pd.DataFrame(rows)
 
 
+@torch.inference_mode()
+def compile_check(model, input_ids: torch.Tensor, prefix_len: int, ns=(1, 5, 9), repeats: int = 7) -> dict:
+    """T(n) of ``model`` as it is and under ``torch.compile(model.forward, dynamic=True)``, the seconds
+    each first call of the compiled forward took (compilation), :func:`row_invariant` under compile,
+    and the largest logit difference of a full-prompt forward compiled against not. Slow (minutes):
+    every new shape class compiles. Returns a dict; ``model.forward`` is restored."""
+    import statistics
+
+    from .. import kv
+
+    ids = torch.as_tensor(input_ids).reshape(-1)
+
+    def t_of(forward, n: int, reps: int) -> float:
+        cache = kv.new_cache(model)
+        model(input_ids=ids[None, :prefix_len], past_key_values=cache, use_cache=True, logits_to_keep=1)
+        times = []
+        for _ in range(reps):
+            kv.crop_to(cache, prefix_len)
+            t0 = time.perf_counter()
+            forward(input_ids=ids[None, prefix_len:prefix_len + n], past_key_values=cache, use_cache=True)
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+
+    plain = model.forward
+    before = {n: t_of(plain, n, repeats) for n in ns}
+    compiled = torch.compile(plain, dynamic=True)
+    first_call = {n: t_of(compiled, n, 1) for n in ns}
+    after = {n: t_of(compiled, n, repeats) for n in ns}
+    model.forward = compiled
+    try:
+        invariant = row_invariant(model, ids, ids.numel() - 17)
+        t0 = time.perf_counter()
+        full_compiled = model(input_ids=ids[None]).logits
+        first_call["prefill"] = time.perf_counter() - t0
+    finally:
+        model.forward = plain
+    full = model(input_ids=ids[None]).logits
+    return {"ns": list(ns), "eager_mode_s": before, "compiled_s": after, "first_call_s": first_call,
+            "compiled_invariant": invariant, "max_logit_diff": float((full_compiled - full).abs().max()),
+            "same_argmax": bool(torch.equal(full_compiled.argmax(-1), full.argmax(-1)))}
+
+
 def main(argv=None) -> None:
     import argparse
     import json
@@ -172,6 +217,7 @@ def main(argv=None) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--per-category", type=int, default=None, help="prompts per category (default: all)")
     parser.add_argument("--skip-agreement", action="store_true")
+    parser.add_argument("--compile", action="store_true", help="also time torch.compile around the fast model (minutes)")
     parser.add_argument("--out", default=None, help="write the figures as JSON here")
     args = parser.parse_args(argv)
 
@@ -197,6 +243,15 @@ def main(argv=None) -> None:
         print(f"{name:>5}: logits bitwise equal to a 16-token forward's for n = 1..15: {sum(flags)}/{len(flags)}")
     result = {"machine": machine_line(), "dtype": args.dtype, "floor": floor, "curves": curves,
               "products": products.reset_index().to_dict(orient="records"), "invariant": inv}
+    if args.compile:
+        comp = compile_check(fast, ids, ids.numel() - 17)
+        print("torch.compile around the fast model: "
+              + "; ".join(f"T({n}) {comp['eager_mode_s'][n] * 1e3:.1f} -> {comp['compiled_s'][n] * 1e3:.1f} ms"
+                          for n in comp["ns"])
+              + f"; first calls (compiling) {', '.join(f'{k}: {v:.0f} s' for k, v in comp['first_call_s'].items())}; "
+              f"bitwise invariant for n = 1..15: {sum(comp['compiled_invariant'])}/15; logits move by up to "
+              f"{comp['max_logit_diff']:.1e} (same argmax: {comp['same_argmax']})")
+        result["compile"] = comp
     if not args.skip_agreement:
         prompts = {}
         for source in (load_workloads(per_category=args.per_category), load_heldout(per_category=args.per_category)):
