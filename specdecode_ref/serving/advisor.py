@@ -52,11 +52,9 @@ through that forward, which is what a forward at the memory floor costs.
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
@@ -522,27 +520,12 @@ def predicted_vs_measured(counters: dict, cost_curve: dict, reference: str = "pl
 # ---- K fitted to the machine at hand --------------------------------------------------------------
 
 def machine_cost_curve(model, max_n: int = 10, refresh: bool = False) -> dict:
-    """This machine's single-request cost curve T(n), n = 1..max_n (``bench.measure_cost_curve``,
-    a few seconds), measured once and cached under the model cache directory by CPU, threads,
-    device and dtype, so every later ``k="auto"`` reads it."""
-    import torch
+    """This machine's single-request cost curve T(n), n = 1..max_n, as a dict with ``ns`` and
+    ``times_s``: :func:`specdecode_ref.sizing.machine_cost_curve`, measured once (a few seconds) and
+    cached by CPU or GPU, threads, dtype, backend and model, so every later ``k="auto"`` reads it."""
+    from ..sizing import machine_cost_curve as cached_curve
 
-    from ..measure.bench import measure_cost_curve
-    from ..measure.claims import cpu_name
-    from ..models import cache_dir
-
-    p = next(model.parameters())
-    key = re.sub(r"[^A-Za-z0-9]+", "-", f"{cpu_name()}-{torch.get_num_threads()}t-{p.device.type}-{p.dtype}").strip("-")
-    path = Path(cache_dir()) / "cost_curves" / f"{key}-{model.config.num_hidden_layers}l-{model.config.hidden_size}h.json"
-    if path.exists() and not refresh:
-        curve = json.loads(path.read_text())
-        if max(curve["ns"]) >= max_n:
-            return curve
-    window = getattr(model.config, "max_position_embeddings", None) or 4096
-    curve = measure_cost_curve(model, ns=range(1, max_n + 1), context_len=min(256, window - max_n), repeats=5)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(curve))
-    return curve
+    return cached_curve(model, ns=range(1, max_n + 1), refresh=refresh).to_dict()
 
 
 def stored_counters(name: str) -> dict:
