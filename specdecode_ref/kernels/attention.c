@@ -86,12 +86,18 @@ INLINE int visible_keys(const float *mask_row, int64_t last, int64_t S, int64_t 
 
 /* 2. Scores: score[j] = q . k_j * scale + mask[j] for every visible key (0 for the others), four
  * keys at a time as four independent chains; each key's own chain over d is the same whatever its
- * neighbours. Returns the largest score. */
+ * neighbours. A group of four keys none of which is visible is skipped (a static cache's empty
+ * slots, a tree's other branches); a hidden key inside a group is computed and discarded. Returns
+ * the largest score. */
 INLINE float scores(const float *q, const void *k, int64_t head0, const float *mask_row, const unsigned char *seen,
                     int64_t S, int64_t S_pad, int64_t D, float scale, float *score, int bf16) {
     const int64_t DL = D - D % LANES;
     float largest = -INFINITY;
     for (int64_t j0 = 0; j0 < S_pad; j0 += 4) {
+        if (!(seen[j0] | seen[j0 + 1] | seen[j0 + 2] | seen[j0 + 3])) {
+            score[j0] = score[j0 + 1] = score[j0 + 2] = score[j0 + 3] = 0.0f;
+            continue;
+        }
         lanes_f32 partial[4] = {{0}, {0}, {0}, {0}};
         int64_t key_at[4];
         for (int u = 0; u < 4; u++) key_at[u] = head0 + (j0 + u < S ? j0 + u : 0) * D;

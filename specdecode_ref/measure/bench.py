@@ -528,10 +528,12 @@ def measure_cost_curve(model, ns=range(1, 17), context_len: int = 200, repeats: 
     formula (analysis.expected_speedup). The context is ``context_len`` seeded random token ids
     prefilled into a KV cache; each timed forward feeds n more tokens (all n positions' logits, as
     in verification), then the cache is cropped back with ``kv.crop_to``. Rounds go over all n in
-    turn (``warmup`` rounds discarded) so machine drift hits every n alike; the median is kept.
+    turn, in a freshly shuffled (seeded) order each round, so that machine drift hits every n alike
+    and no n always follows the largest one; ``warmup`` rounds are discarded; the median is kept.
 
     Returns plain Python values: ``{"ns": [int], "times_s": [float], "relative": [float]
-    (T(n)/T(ns[0]), i.e. T(n)/T(1) with the default ns), "context_len", "repeats", "device", "dtype"}``.
+    (T(n)/T(ns[0]), i.e. T(n)/T(1) with the default ns), "samples_s": [[float]] (each n's timings,
+    one per round), "context_len", "repeats", "device", "dtype"}``.
     """
     ns = [int(n) for n in ns]
     if not ns or min(ns) < 1:
@@ -552,13 +554,15 @@ def measure_cost_curve(model, ns=range(1, 17), context_len: int = 200, repeats: 
     model(input_ids=context, past_key_values=cache, use_cache=True, logits_to_keep=1)
     samples = {n: [] for n in ns}
     for r in range(warmup + repeats):
-        for n in ns:
+        for i in torch.randperm(len(ns), generator=gen).tolist():
+            n = ns[i]
             _, dt = timed(device, lambda: model(input_ids=new[:, :n], past_key_values=cache, use_cache=True))
             kv.crop_to(cache, context_len)
             if r >= warmup:
                 samples[n].append(dt)
     times = [float(statistics.median(samples[n])) for n in ns]
     return {"ns": ns, "times_s": times, "relative": [float(t / times[0]) for t in times],
+            "samples_s": [[float(t) for t in samples[n]] for n in ns],
             "context_len": int(context_len), "repeats": int(repeats), "device": str(device),
             "dtype": str(next(model.parameters()).dtype).replace("torch.", "")}
 
