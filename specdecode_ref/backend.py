@@ -346,8 +346,8 @@ def _check_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear(x, weight, bias)`` [..., K] -> [..., N] on the kernel: fp32 activations and sums,
-    fp32 or bf16 weights [N, K]; the result has ``x``'s dtype. Every output element is computed in
+    """``F.linear(x, weight, bias)`` [..., K] -> [..., N] on the kernel: x (fp32 or bf16) widened
+    exactly to fp32, fp32 or bf16 weights [N, K], fp32 sums; the result is rounded to ``x``'s dtype. Every output element is computed in
     the same order whatever the number of rows, so row i does not depend on the other rows."""
     _check_linear(x, weight, bias)
     return torch.ops.specdecode.linear(x, weight, bias)

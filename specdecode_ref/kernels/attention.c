@@ -6,8 +6,9 @@
  * Why a kernel of our own: a library's attention computes the scores of all Q queries as one matrix
  * product, whose summation order (and so the last bits of every score) changes with Q. Here each
  * query is one independent task: its scores, its softmax and its weighted sum of values run in an
- * order fixed by j alone, and keys it may not see (mask -inf or the most negative float) are
- * skipped outright. A query's output is then bitwise the same whether it is scored alone, after a
+ * order fixed by j alone, and keys it may not see (mask -inf or the most negative float) get a
+ * weight of exactly 0 (adding +0.0 leaves a float sum unchanged) and are skipped by the weighted
+ * sum. A query's output is then bitwise the same whether it is scored alone, after a
  * chain of drafts, inside a tree, or beside other rows of a batch.
  *
  * mask: NULL means causal, query i seeing keys 0..i + diag: diag = S - Q puts the queries at the last

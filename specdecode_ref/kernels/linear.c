@@ -18,7 +18,8 @@
  *
  * Weights are fp32 or bf16. A bf16 number is the upper 16 bits of an fp32 one, so widening it is an
  * exact 16-bit shift: the bf16 product is exactly the fp32 product of the widened weights. bf16 halves
- * the bytes streamed from memory; the arithmetic (activations and sums) stays fp32.
+ * the bytes streamed from memory; the kernel's activations and sums are fp32 (a bf16 model's
+ * activations are widened exactly on the way in, and backend.py rounds each output back to bf16).
  *
  * Threads: OpenMP splits the weight rows between threads, where the compiler has it; without it
  * (clang without libomp, as on macOS) the same code runs on one thread with the same results. A
