@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -202,6 +203,22 @@ def compile_check(model, input_ids: torch.Tensor, prefix_len: int, ns=(1, 5, 9),
     return {"ns": list(ns), "eager_mode_s": before, "compiled_s": after, "first_call_s": first_call,
             "compiled_invariant": invariant, "max_logit_diff": float((full_compiled - full).abs().max()),
             "same_argmax": bool(torch.equal(full_compiled.argmax(-1), full.argmax(-1)))}
+
+
+COMPILE_TABLE = Path(__file__).resolve().parents[1] / "data" / "measured" / "compile_check.json"
+
+
+def stored_compile_check(path=COMPILE_TABLE) -> dict:
+    """The :func:`compile_check` figures stored with the course (measured on the course machine by
+    ``python -m specdecode_ref.measure.backends --dtype fp32 --compile``; the command, the machine
+    line and the configuration are in the file): what the notebooks cite, since compiling takes
+    longer than a notebook may run."""
+    import json
+
+    table = json.loads(Path(path).read_text())
+    for key in ("eager_mode_s", "compiled_s", "first_call_s"):
+        table[key] = {(int(k) if k.isdigit() else k): float(v) for k, v in table[key].items()}
+    return table
 
 
 def main(argv=None) -> None:

@@ -579,6 +579,55 @@ def fitted_k(name: str, model, ks: Sequence[int] = range(1, 9), counters: dict |
     return advice.best_k(1), advice
 
 
+TREE_HEADS = ("medusa", "hydra")  # tree drafters whose shipped weights carry per-depth rank accuracies
+
+
+def fitted_tree(name: str, model, budgets: Sequence[int] = range(0, 33), counters: dict | None = None,
+                cost_curve: dict | None = None):
+    """The node budget of a Medusa or Hydra tree that Sequoia's hardware-aware rule predicts fastest
+    on this machine (``sizing.best_tree``): the heads' per-depth rank accuracies (stored with the
+    weights) give each tree's expected tokens per step, this machine's cost curve gives T(n + 1)
+    for its n nodes, and the stored counters give what a step costs besides the forward (the heads,
+    the tree's bookkeeping), scaled from their run's one-token forward to this machine's. Budget 0
+    is plain decoding. Returns ``sizing.TreeChoice`` (budget, tree, predicted tokens/s, table).
+
+    The heads draft every level in one forward, so the drafting time is charged per step. Hydra's
+    stored counters are for its chain; its tree is charged the chain's time per step."""
+    from ..proposers.medusa import HYDRA_WEIGHTS, MEDUSA_WEIGHTS, medusa_metadata
+    from ..sizing import best_tree, per_step_draft_cost
+
+    if name not in TREE_HEADS:
+        raise ValueError(f"fitted_tree sizes the trees of {TREE_HEADS}, not {name!r}")
+    acc = medusa_metadata(MEDUSA_WEIGHTS if name == "medusa" else HYDRA_WEIGHTS).get("rank_accuracy")
+    if acc is None:
+        raise ValueError(f"the {name} weights carry no rank_accuracy metadata to size a tree from")
+    if counters is None:
+        counters = stored_counters(name if name == "medusa" else "hydra-chain")
+    run = counters[name if name in counters else f"{name}-chain"]
+    base = counters["plain"]
+
+    def outside(c):  # seconds per step outside the target's forward: the drafter and the engine
+        return max(0.0, (c["wall_time_s"] - c["target_time_s"]) / c["steps"])
+
+    t1_run = (base["target_time_s"] - base["prefill_time_s"]) / base["steps"]
+    if cost_curve is None:
+        cost_curve = machine_cost_curve(model, max_n=max(budgets) + 1)
+    times = dict(zip(cost_curve["ns"], cost_curve["times_s"]))
+    t1_here = times[1]
+    scale = t1_here / t1_run
+    plain_outside = outside(base) * scale
+
+    def step(n: int) -> float:  # a plain step's engine time is paid by every method alike
+        if n in times:
+            return times[n] + plain_outside
+        from ..sizing import CostCurve
+
+        return CostCurve(cost_curve["ns"], cost_curve["times_s"]).cost(n) + plain_outside
+
+    extra = max(0.0, outside(run) - outside(base)) * scale
+    return best_tree(acc, step, per_step_draft_cost(extra), budgets=budgets, max_depth=len(acc))
+
+
 def load_fitted(name: str, model, ks: Sequence[int] = range(1, 9), **kwargs):
     """``load_proposer(name, model)`` with the K :func:`fitted_k` predicts fastest on this machine.
     When no K beats plain decoding there, it warns and drafts 1 token per step (the cheapest)."""

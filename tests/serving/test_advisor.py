@@ -313,3 +313,23 @@ def test_tokens_per_decode_step_counts_steps_that_do_not_draft():
         AcceptanceProfile(10, 20, 5, (4, 1), num_steps=12, draft_length_counts=(5, 4))
     with pytest.raises(ValueError, match="num_steps"):
         AcceptanceProfile(10, 20, 5, (4, 1), num_steps=8)
+
+
+def test_fitted_tree_follows_the_machines_cost_curve():
+    """Medusa's tree sized by this machine's curve: a GPU-like flat curve buys a large tree, a curve
+    as steep as n separate steps buys plain decoding; a planted sizer that ignores the curve gives
+    one answer for both and is caught by the same check."""
+    from specdecode_ref.serving.advisor import fitted_tree
+
+    ns = list(range(1, 34))
+    flat = {"ns": ns, "times_s": [0.02] * len(ns)}
+    steep = {"ns": ns, "times_s": [0.02 * n for n in ns]}
+
+    def sizes_by_curve(sizer) -> bool:
+        return sizer(flat) >= 16 and sizer(steep) <= 1
+
+    assert sizes_by_curve(lambda curve: fitted_tree("medusa", None, cost_curve=curve).budget)
+    assert not sizes_by_curve(lambda curve: fitted_tree("medusa", None, cost_curve=flat).budget)  # planted
+    assert fitted_tree("medusa", None, cost_curve=flat).tokens_per_s > 1 / 0.02
+    with pytest.raises(ValueError, match="sizes the trees"):
+        fitted_tree("eagle", None, cost_curve=flat)
