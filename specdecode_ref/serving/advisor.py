@@ -629,15 +629,19 @@ def fitted_tree(name: str, model, budgets: Sequence[int] = range(0, 33), counter
 
 
 def load_fitted(name: str, model, ks: Sequence[int] = range(1, 9), **kwargs):
-    """``load_proposer(name, model)`` with the K :func:`fitted_k` predicts fastest on this machine.
-    When no K beats plain decoding there, it warns and drafts 1 token per step (the cheapest)."""
+    """``load_proposer(name, model)`` with the size predicted fastest on this machine: a chain's K
+    (:func:`fitted_k`), or a Medusa or Hydra tree's node budget (:func:`fitted_tree`, budgets 0..32).
+    When no size beats plain decoding there, it warns and drafts the smallest (1 token per step)."""
     import warnings
 
     from ..proposers import load_proposer
 
-    k, _ = fitted_k(name, model, ks)
+    if name in TREE_HEADS:
+        k, what = fitted_tree(name, model).budget, "tree size"
+    else:
+        k, what = fitted_k(name, model, ks)[0], "K"
     if k == 0:
-        warnings.warn(f"on this machine the advisor predicts that no K makes {name!r} faster than plain decoding; "
-                      "drafting 1 token per step, the cheapest", stacklevel=2)
+        warnings.warn(f"on this machine the advisor predicts that no {what} makes {name!r} faster than plain "
+                      "decoding; drafting 1 token per step, the cheapest", stacklevel=2)
         k = 1
     return load_proposer(name, model, k=k, **kwargs)

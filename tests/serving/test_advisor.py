@@ -333,3 +333,23 @@ def test_fitted_tree_follows_the_machines_cost_curve():
     assert fitted_tree("medusa", None, cost_curve=flat).tokens_per_s > 1 / 0.02
     with pytest.raises(ValueError, match="sizes the trees"):
         fitted_tree("eagle", None, cost_curve=flat)
+
+
+def test_load_fitted_sizes_a_tree_by_the_curve_and_warns_when_plain_wins(monkeypatch):
+    """load_fitted builds Medusa with the budget fitted_tree chose; where no tree beats plain decoding
+    it says so and drafts the smallest. The drafter's construction is stubbed: this is the choice."""
+    import specdecode_ref.proposers as proposers
+    from specdecode_ref.serving import advisor
+
+    built = []
+    monkeypatch.setattr(proposers, "load_proposer", lambda name, model, k, **kw: built.append((name, k)) or k)
+    ns = list(range(1, 34))
+    for times, want in (([0.02] * len(ns), "large"), ([0.02 * n for n in ns], "plain")):
+        monkeypatch.setattr(advisor, "machine_cost_curve",
+                            lambda model, max_n=10, refresh=False, t=times: {"ns": ns, "times_s": t})
+        if want == "plain":
+            with pytest.warns(UserWarning, match="no tree size makes 'medusa' faster"):
+                assert advisor.load_fitted("medusa", None) == 1
+        else:
+            assert advisor.load_fitted("medusa", None) >= 16
+    assert [name for name, _ in built] == ["medusa", "medusa"]
