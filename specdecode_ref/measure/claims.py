@@ -104,8 +104,11 @@ class Comparison:
 
     ``ratio`` is the geometric mean of the per-prompt ratios A/B (oriented so that > 1 means A is
     better when ``higher_is_better``), ``lo``/``hi`` a bootstrap interval of it, ``n`` the number of
-    pairs. ``verdict`` is ``"better"``, ``"worse"`` or ``"level"``: better only when the whole
-    interval lies above ``1 + tolerance``, worse only when it lies below ``1 - tolerance``.
+    pairs. ``verdict`` (:func:`verdict_of`) follows the interval: ``"better"`` when it lies wholly
+    above 1, ``"worse"`` wholly below, ``"level"`` when it contains 1, and also ``"level"`` when it
+    excludes 1 but lies wholly within the practical-equivalence band ``1 ± tolerance`` (then
+    ``within_band`` is True and :meth:`phrase` names the band, so that a sentence never calls an
+    interval that excludes 1 "level" without saying why).
     """
 
     ratio: float
@@ -117,9 +120,18 @@ class Comparison:
     verdict: str
     unit: str = "prompt"  # what was paired (a prompt, a verification call, a request)
 
+    @property
+    def within_band(self) -> bool:
+        """Level only by the band: the interval excludes 1 but lies within 1 ± tolerance."""
+        return self.verdict == "level" and self.n >= MIN_PAIRS and (self.lo > 1 or self.hi < 1)
+
     def phrase(self, better: str = "faster", worse: str = "slower",
                level: str = "level with it within noise") -> str:
-        """The word the data supports: ``better``, ``worse`` or ``level``."""
+        """The word the data supports: ``better``, ``worse`` or ``level``. A level verdict that rests
+        on the band says so: "within noise" becomes "within ±2 %" (or the band is appended)."""
+        if self.within_band:
+            band = f"within ±{pct(self.tolerance)}"
+            return level.replace("within noise", band) if "within noise" in level else f"{level} ({band})"
         return {"better": better, "worse": worse, "level": level}[self.verdict]
 
     @property
@@ -169,13 +181,20 @@ def compare_paired(a: Sequence[float], b: Sequence[float], higher_is_better: boo
     boots = np.exp(logr[idx].mean(axis=1))
     tail = (1 - confidence) / 2
     lo, hi = (float(v) for v in np.quantile(boots, [tail, 1 - tail]))
-    if lo > 1 + tolerance:
-        verdict = "better"
-    elif hi < 1 - tolerance:
-        verdict = "worse"
-    else:
-        verdict = "level"
-    return Comparison(ratio, lo, hi, int(a.size), confidence, tolerance, verdict, unit)
+    return Comparison(ratio, lo, hi, int(a.size), confidence, tolerance, verdict_of(lo, hi, tolerance), unit)
+
+
+def verdict_of(lo: float, hi: float, tolerance: float = 0.0) -> str:
+    """The verdict an interval [lo, hi] of a ratio supports: "better" when it lies wholly above 1,
+    "worse" wholly below, else "level"; an interval that excludes 1 but lies wholly within the band
+    1 ± ``tolerance`` is "level" too (a difference too small to matter, which the sentence states)."""
+    if not 0 <= tolerance < 1:
+        raise ValueError(f"tolerance must lie in [0, 1), got {tolerance}")
+    if lo > 1:
+        return "level" if hi <= 1 + tolerance else "better"
+    if hi < 1:
+        return "level" if lo >= 1 - tolerance else "worse"
+    return "level"
 
 
 def close_to(measured: float, predicted: float, tolerance: float = 0.10, close: str = "close to",

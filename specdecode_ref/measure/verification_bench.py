@@ -26,7 +26,7 @@ import torch
 
 from ..engine import generate
 from ..sampling import SamplingParams
-from .claims import MIN_PAIRS, Comparison, compare_paired
+from .claims import MIN_PAIRS, Comparison, compare_paired, verdict_of
 
 #: Drafters whose drafts carry a sampled q, with the options that make them sample. (Hydra's chain
 #: drafts greedily only: its heads read the tokens drafted before them, and sampling them is not
@@ -191,8 +191,8 @@ def compare_means(a, b, confidence: float = 0.95, tolerance: float = 0.0, n_boot
     at least as many tokens as the token rule *on average over the drafts*, which bounds
     mean(block) / mean(token), not the geometric mean of per-call ratios. Values may be 0 (a run
     that kept no first token); B's mean must be positive. ``verdict`` follows the interval as in
-    compare_paired: "better" only when it lies above ``1 + tolerance``, "worse" below ``1 - tolerance``,
-    and always "level" with fewer than ``MIN_PAIRS`` pairs (lo and hi are then the ratio itself)."""
+    compare_paired (claims.verdict_of), and is always "level" with fewer than ``MIN_PAIRS`` pairs (lo
+    and hi are then the ratio itself)."""
     a = np.asarray(a, dtype=float).reshape(-1)
     b = np.asarray(b, dtype=float).reshape(-1)
     if a.shape != b.shape or a.size == 0:
@@ -211,8 +211,7 @@ def compare_means(a, b, confidence: float = 0.95, tolerance: float = 0.0, n_boot
     boots = num[den > 0] / den[den > 0]  # a resample of B's zeros alone has no ratio
     tail = (1 - confidence) / 2
     lo, hi = (float(v) for v in np.quantile(boots, [tail, 1 - tail]))
-    verdict = "better" if lo > 1 + tolerance else "worse" if hi < 1 - tolerance else "level"
-    return Comparison(ratio, lo, hi, int(a.size), confidence, tolerance, verdict, unit)
+    return Comparison(ratio, lo, hi, int(a.size), confidence, tolerance, verdict_of(lo, hi, tolerance), unit)
 
 
 def first_position_tries(calls: list, tries: int = 4):

@@ -110,3 +110,35 @@ def test_machine_line_names_the_dtype_and_bf16_support():
     layer = torch.nn.Linear(2, 2).to(torch.bfloat16)
     line = claims.machine_line(layer)
     assert "bfloat16" in line and "bf16" in line and "thread" in line
+
+
+@pytest.mark.parametrize("lo, hi, tolerance, verdict", [
+    (1.02, 1.38, 0.02, "better"),    # wholly above 1 and beyond the band: faster, not "level"
+    (1.001, 1.202, 0.02, "better"),
+    (1.01, 1.04, 0.02, "better"),
+    (1.005, 1.015, 0.02, "level"),   # excludes 1, but wholly inside the ±2 % band
+    (0.97, 1.03, 0.02, "level"),     # contains 1
+    (0.90, 0.99, 0.02, "worse"),
+    (0.985, 0.995, 0.02, "level"),
+    (1.005, 1.015, 0.0, "better"),   # no band: the interval alone decides
+])
+def test_verdicts_never_contradict_their_interval(lo, hi, tolerance, verdict):
+    """The sentences that called 1.18x (95 % interval 1.02-1.38x) "level within noise" came from a
+    rule that demanded the interval clear an unstated 2 % band; the verdict now follows the interval.
+    Planted twin: the old rule reads the first three cases as level."""
+    from specdecode_ref.measure.claims import verdict_of
+
+    assert verdict_of(lo, hi, tolerance) == verdict
+    old_rule = "better" if lo > 1 + tolerance else "worse" if hi < 1 - tolerance else "level"
+    if (lo, hi) in ((1.02, 1.38), (1.001, 1.202), (1.01, 1.04)):
+        assert old_rule != verdict
+
+
+def test_a_level_verdict_that_rests_on_the_band_says_so():
+    a, b = _paired(1.01, n=60, noise=0.002, seed=4)
+    c = compare_paired(a, b)
+    assert c.lo > 1 and c.verdict == "level" and c.within_band
+    assert c.phrase(level="level within noise with plain decoding") == "level within ±2 % with plain decoding"
+    assert c.phrase(level="level") == "level (within ±2 %)"
+    noisy = compare_paired(*_paired(1.0, n=8, noise=0.2, seed=5))
+    assert not noisy.within_band and noisy.phrase() == "level with it within noise"
