@@ -55,7 +55,9 @@ def run_interleaved(model, prompts, methods: dict, max_new_tokens: int = 48, war
     ``{name: proposer}``, with ``None`` for plain decoding (include one to have a baseline).
     warmup: short untimed generations per method before the first timed one. repeats: timed runs
     per (prompt, method), interleaved; the run with the median wall time is kept (its tokens are the
-    same in every repeat). Extra keyword arguments go to ``generate`` (sampling, seed, ...).
+    same in every repeat; a drafter that learns across requests repeats from its state before the
+    prompt, not from its own first answer). Extra keyword arguments go to ``generate`` (sampling,
+    seed, ...).
     """
     from ..engine import generate
 
@@ -73,8 +75,15 @@ def run_interleaved(model, prompts, methods: dict, max_new_tokens: int = 48, war
     results = {name: [] for name in methods}
     for ids in prompt_list:
         runs = {name: [] for name in methods}
-        for _ in range(repeats):
+        # A drafter that remembers earlier requests (suffix decoding) would draft a repeat of this
+        # prompt from its own earlier answer: before each repeat it forgets the earlier repeats, so
+        # every repeat starts from its history before the prompt (the last one stays in the stream).
+        marks = {name: p.history_mark() for name, p in methods.items()
+                 if repeats > 1 and getattr(p, "learns_across_requests", False)}
+        for rep in range(repeats):
             for name, proposer in methods.items():
+                if rep and name in marks:
+                    proposer.forget_since(marks[name])
                 runs[name].append(generate(model, ids, proposer=proposer, max_new_tokens=max_new_tokens,
                                            **generate_kwargs))
         for name, rs in runs.items():

@@ -57,6 +57,18 @@ class SuffixProposer(Proposer):
         self._fed = 0  # tokens of the request's token_list already in the trees
         self.last_match = None  # the SuffixMatch behind the latest draft (for notebooks)
 
+    def history_mark(self) -> frozenset:
+        """The requests the shared history holds now (for :meth:`forget_since`)."""
+        return frozenset(self.cache.cached_requests)
+
+    def forget_since(self, mark: frozenset) -> None:
+        """Drop from the history every finished request cached after ``mark``: a benchmark that
+        times one prompt several times must not let a repeat draft from the earlier answers."""
+        self.stop()  # the last request is over (the engine leaves it open until the next begin)
+        self._request = None
+        for req_id in [r for r in self.cache.cached_requests if r not in mark]:
+            self.cache.evict(req_id)
+
     def begin(self, state: DecodeState) -> None:
         self.stop()
         self._request = self.cache.new_request_id()

@@ -134,3 +134,22 @@ def test_bench_uses_the_shared_first_mismatch():
     from specdecode_ref.measure import bench
 
     assert bench.first_mismatch is compare.first_mismatch
+
+
+def test_a_repeat_does_not_let_suffix_decoding_draft_its_own_first_answer(tiny_model):
+    """Suffix decoding remembers earlier outputs. Timed twice on one prompt, the second run must
+    start from the drafter's state before the prompt: the same τ as the first run, not a near-perfect
+    copy of its own answer. Planted twin: reusing the drafter as it is after the first run."""
+    from specdecode_ref.engine import generate
+    from specdecode_ref.proposers.suffix import SuffixProposer
+
+    prompt = torch.tensor([5, 9, 2, 7, 3, 11, 4])
+    res = run_interleaved(tiny_model, [prompt], {"suffix": SuffixProposer(k=8)}, max_new_tokens=24, warmup=0,
+                          repeats=3)
+    fresh = generate(tiny_model, prompt, proposer=SuffixProposer(k=8), max_new_tokens=24)
+    assert res["suffix"][0].stats.steps == fresh.stats.steps
+
+    leaky = SuffixProposer(k=8)
+    first = generate(tiny_model, prompt, proposer=leaky, max_new_tokens=24)
+    again = generate(tiny_model, prompt, proposer=leaky, max_new_tokens=24)
+    assert again.stats.steps < first.stats.steps  # what the repeats would have measured without the copy
