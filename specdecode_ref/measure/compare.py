@@ -54,7 +54,8 @@ def run_interleaved(model, prompts, methods: dict, max_new_tokens: int = 48, war
     prompts: a list of 1-D id tensors (or ``{id: tensor}``; the order is kept). methods:
     ``{name: proposer}``, with ``None`` for plain decoding (include one to have a baseline).
     warmup: short untimed generations per method before the first timed one. repeats: timed runs
-    per (prompt, method), interleaved; the run with the median wall time is kept (its tokens are the
+    per (prompt, method), interleaved, the methods in reverse order on every other repeat; the run
+    with the median wall time (the lower middle one for an even count) is kept (its tokens are the
     same in every repeat; a drafter that learns across requests repeats from its state before the
     prompt, not from its own first answer). Extra keyword arguments go to ``generate`` (sampling,
     seed, ...).
@@ -81,7 +82,10 @@ def run_interleaved(model, prompts, methods: dict, max_new_tokens: int = 48, war
         marks = {name: p.history_mark() for name, p in methods.items()
                  if repeats > 1 and getattr(p, "learns_across_requests", False)}
         for rep in range(repeats):
-            for name, proposer in methods.items():
+            # odd repeats run the methods in reverse order, so that no method always runs first
+            # (on a cold cache) or right after the same neighbour
+            order = list(methods.items()) if rep % 2 == 0 else list(methods.items())[::-1]
+            for name, proposer in order:
                 if rep and name in marks:
                     proposer.forget_since(marks[name])
                 runs[name].append(generate(model, ids, proposer=proposer, max_new_tokens=max_new_tokens,

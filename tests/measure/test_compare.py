@@ -153,3 +153,21 @@ def test_a_repeat_does_not_let_suffix_decoding_draft_its_own_first_answer(tiny_m
     first = generate(tiny_model, prompt, proposer=leaky, max_new_tokens=24)
     again = generate(tiny_model, prompt, proposer=leaky, max_new_tokens=24)
     assert again.stats.steps < first.stats.steps  # what the repeats would have measured without the copy
+
+
+def test_repeats_alternate_the_order_of_the_methods(tiny_model):
+    """Every other repeat runs the methods in reverse, so no method always runs first on a prompt."""
+    order = []
+
+    class Named(NgramProposer):
+        def __init__(self, label):
+            super().__init__(k=2)
+            self.label = label
+
+        def begin(self, state):
+            order.append(self.label)
+            super().begin(state)
+
+    run_interleaved(tiny_model, [torch.tensor([1, 2, 3, 1, 2])], {"a": Named("a"), "b": Named("b")},
+                    max_new_tokens=4, warmup=0, repeats=3)
+    assert order == ["a", "b", "b", "a", "a", "b"]
