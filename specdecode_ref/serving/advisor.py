@@ -594,7 +594,7 @@ def fitted_tree(name: str, model, budgets: Sequence[int] = range(0, 33), counter
     The heads draft every level in one forward, so the drafting time is charged per step. Hydra's
     stored counters are for its chain; its tree is charged the chain's time per step."""
     from ..proposers.medusa import HYDRA_WEIGHTS, MEDUSA_WEIGHTS, medusa_metadata
-    from ..sizing import best_tree, per_step_draft_cost
+    from ..sizing import CostCurve, best_tree, per_step_draft_cost
 
     if name not in TREE_HEADS:
         raise ValueError(f"fitted_tree sizes the trees of {TREE_HEADS}, not {name!r}")
@@ -603,29 +603,15 @@ def fitted_tree(name: str, model, budgets: Sequence[int] = range(0, 33), counter
         raise ValueError(f"the {name} weights carry no rank_accuracy metadata to size a tree from")
     if counters is None:
         counters = stored_counters(name if name == "medusa" else "hydra-chain")
-    run = counters[name if name in counters else f"{name}-chain"]
-    base = counters["plain"]
-
-    def outside(c):  # seconds per step outside the target's forward: the drafter and the engine
-        return max(0.0, (c["wall_time_s"] - c["target_time_s"]) / c["steps"])
-
-    t1_run = (base["target_time_s"] - base["prefill_time_s"]) / base["steps"]
-    if cost_curve is None:
-        cost_curve = machine_cost_curve(model, max_n=max(budgets) + 1)
-    times = dict(zip(cost_curve["ns"], cost_curve["times_s"]))
-    t1_here = times[1]
-    scale = t1_here / t1_run
-    plain_outside = outside(base) * scale
-
-    def step(n: int) -> float:  # a plain step's engine time is paid by every method alike
-        if n in times:
-            return times[n] + plain_outside
-        from ..sizing import CostCurve
-
-        return CostCurve(cost_curve["ns"], cost_curve["times_s"]).cost(n) + plain_outside
-
-    extra = max(0.0, outside(run) - outside(base)) * scale
-    return best_tree(acc, step, per_step_draft_cost(extra), budgets=budgets, max_depth=len(acc))
+    key = name if name in counters else f"{name}-chain"
+    rc, run = run_costs(counters, key), counters[key]
+    curve = CostCurve.from_dict(cost_curve if cost_curve is not None
+                                else machine_cost_curve(model, max_n=max(budgets) + 1))
+    scale = curve.cost(1) / rc.t1  # the stored run's per-step times, at this machine's one-token forward
+    plain_outside = rc.plain_overhead * scale  # a plain step's engine time, paid by every method alike
+    extra = max(0.0, rc.overhead + run["draft_time_s"] / run["steps"] - rc.plain_overhead) * scale
+    return best_tree(acc, lambda n: curve.cost(n) + plain_outside, per_step_draft_cost(extra), budgets=budgets,
+                     max_depth=len(acc))
 
 
 def load_fitted(name: str, model, ks: Sequence[int] = range(1, 9), **kwargs):
