@@ -48,8 +48,9 @@ from .. import decoder, kv
 from ..engine import autoregressive_generate, eos_token_ids, generate
 from ..metrics import SpecStats
 from ..models import chat_ids
-from ..proposers import available_proposers, load_proposer
-from . import timing
+from ..proposers import StandAside, available_proposers, load_proposer
+from . import protocol, timing
+from .timing import measure_cost_curve  # re-exported: bench.measure_cost_curve
 from .compare import first_mismatch  # re-exported: bench.first_mismatch
 from .workloads import load_workloads
 
@@ -214,7 +215,7 @@ def prepare_method(spec: str, model, k: int | None = None, **options) -> Callabl
         proposer_kwargs = options.pop("proposer_kwargs", None) or {}
         proposer = load_proposer(name, model, k=k, **proposer_kwargs)
         options = dict(options, proposer=proposer)
-        k = proposer.k
+        k = 0 if isinstance(proposer, StandAside) else proposer.k  # 0: plain decoding predicted faster here
 
         def fn(model, input_ids, max_new_tokens, k=None, **opts):
             if getattr(opts["proposer"], "learns_across_requests", False):
@@ -247,7 +248,9 @@ def run_benchmark(model, tokenizer, methods=DEFAULT_METHODS, workloads: dict | N
 
     methods: names (see :func:`available_methods`; ``name@K`` sets K for one entry).
     workloads: ``{category: [{"id", "messages"}, ...]}`` from ``load_workloads`` (None = all 56).
-    repeats: timed runs per (method, prompt); the median time is kept. warmup: short untimed
+    repeats: timed rounds per prompt, the methods in reverse order on every other round; with two
+    or more, a method whose rounds disagree is re-timed and the run with the median time is kept
+    (``measure.protocol``). warmup: short untimed
     generations per method before its first timed run. k: drafted tokens per step (None = each
     method's default). reference: the method whose tokens the ``identical`` column compares with.
     method_options: ``{method: {option: value}}`` passed to that method (e.g. proposer_kwargs).
@@ -288,24 +291,28 @@ def run_benchmark(model, tokenizer, methods=DEFAULT_METHODS, workloads: dict | N
     try:
         for cat, item in prompts:
             ids = chat_ids(tokenizer, item["messages"], device=device)
-            times = {m: [] for m in methods}
-            first = {}
-            for r in range(repeats):
-                for m in methods:  # interleaved: drift of a shared machine hits every method alike
-                    bar.set_postfix_str(f"{m} | {item['id']}", refresh=False)
-                    if m not in warmed:
-                        for _ in range(warmup):
-                            runners[m](ids, min(8, max_new_tokens))
-                        warmed.add(m)
-                    toks, secs, stats = runners[m](ids, max_new_tokens)
-                    times[m].append(float(secs))
-                    first.setdefault(m, (toks, stats))
-                    if r == repeats - 1:
-                        bar.update(1)
-            ref_tokens = first[reference][0] if reference in first else None
+            runs = {m: [] for m in methods}  # (tokens, seconds, stats) per round
+
+            def run(m):
+                bar.set_postfix_str(f"{m} | {item['id']}", refresh=False)
+                if m not in warmed:
+                    for _ in range(warmup):
+                        runners[m](ids, min(8, max_new_tokens))
+                    warmed.add(m)
+                toks, secs, stats = runners[m](ids, max_new_tokens)
+                runs[m].append((toks, float(secs), stats))
+
+            for r in range(repeats):  # measure/protocol.py: interleaved rounds, alternating order
+                for m in protocol.order_of(methods, r):
+                    run(m)
+            for m in methods:  # a method whose rounds disagree is re-timed (protocol rule 3)
+                while repeats >= 2 and protocol.wants_another_round([t for _, t, _ in runs[m]]):
+                    run(m)
+                bar.update(1)
+            ref_tokens = runs[reference][0][0] if reference in runs else None
             for m in methods:
-                toks, stats = first[m]
-                secs = statistics.median(times[m])
+                times_m = [t for _, t, _ in runs[m]]
+                toks, secs, stats = runs[m][protocol.kept_index(times_m)]
                 mismatch = None if ref_tokens is None else first_mismatch(toks, ref_tokens)
                 rows.append({
                     "category": cat, "prompt_id": item["id"], "method": m, "k": _effective_k(m, runners[m]),
@@ -320,7 +327,7 @@ def run_benchmark(model, tokenizer, methods=DEFAULT_METHODS, workloads: dict | N
                     "emitted": stats.emitted if stats is not None else None,
                     "identical": None if ref_tokens is None else toks == ref_tokens,
                     "first_mismatch": mismatch,
-                    "times_s": list(times[m]), "token_ids": list(toks), "stats": stats,
+                    "times_s": times_m, "token_ids": list(toks), "stats": stats,
                 })
     finally:
         bar.close()
@@ -516,55 +523,6 @@ def plot_speedups(summary, path=None, reference: str = REFERENCE, ax=None):
         fig.tight_layout()
         fig.savefig(path, dpi=120)
     return fig
-
-
-@torch.inference_mode()
-def measure_cost_curve(model, ns=range(1, 17), context_len: int = 200, repeats: int = 7, warmup: int = 2,
-                       seed: int = 0) -> dict:
-    """Measure T(n): seconds for one target forward scoring n new tokens after a cached context.
-
-    Why: a decode step is memory-bound (it streams all weights for one token), so scoring n
-    tokens at once costs little more than one; T(k+1)/T(1) is the verify cost in the speedup
-    formula (analysis.expected_speedup). The context is ``context_len`` seeded random token ids
-    prefilled into a KV cache; each timed forward feeds n more tokens (all n positions' logits, as
-    in verification), then the cache is cropped back with ``kv.crop_to``. Rounds go over all n in
-    turn, in a freshly shuffled (seeded) order each round, so that machine drift hits every n alike
-    and no n always follows the largest one; ``warmup`` rounds are discarded; the median is kept.
-
-    Returns plain Python values: ``{"ns": [int], "times_s": [float], "relative": [float]
-    (T(n)/T(ns[0]), i.e. T(n)/T(1) with the default ns), "samples_s": [[float]] (each n's timings,
-    one per round), "context_len", "repeats", "device", "dtype"}``.
-    """
-    ns = [int(n) for n in ns]
-    if not ns or min(ns) < 1:
-        raise ValueError(f"ns must be a non-empty list of ints >= 1, got {ns!r}")
-    if not isinstance(repeats, int) or repeats < 1 or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError("repeats must be an int >= 1 and warmup an int >= 0")
-    if not isinstance(context_len, int) or context_len < 1:
-        raise ValueError(f"context_len must be an int >= 1, got {context_len!r}")
-    window = getattr(model.config, "max_position_embeddings", None)
-    if window is not None and context_len + max(ns) > window:
-        raise ValueError(f"context_len + max(ns) = {context_len + max(ns)} exceeds the context window {window}")
-    device = _device(model)
-    vocab = model.get_input_embeddings().weight.shape[0]
-    gen = torch.Generator().manual_seed(seed)
-    context = torch.randint(0, vocab, (1, context_len), generator=gen).to(device)
-    new = torch.randint(0, vocab, (1, max(ns)), generator=gen).to(device)
-    cache = kv.new_cache(model)
-    model(input_ids=context, past_key_values=cache, use_cache=True, logits_to_keep=1)
-    samples = {n: [] for n in ns}
-    for r in range(warmup + repeats):
-        for i in torch.randperm(len(ns), generator=gen).tolist():
-            n = ns[i]
-            _, dt = timed(device, lambda: model(input_ids=new[:, :n], past_key_values=cache, use_cache=True))
-            kv.crop_to(cache, context_len)
-            if r >= warmup:
-                samples[n].append(dt)
-    times = [float(statistics.median(samples[n])) for n in ns]
-    return {"ns": ns, "times_s": times, "relative": [float(t / times[0]) for t in times],
-            "samples_s": [[float(t) for t in samples[n]] for n in ns],
-            "context_len": int(context_len), "repeats": int(repeats), "device": str(device),
-            "dtype": str(next(model.parameters()).dtype).replace("torch.", "")}
 
 
 def format_cost_curve(curve: dict) -> str:

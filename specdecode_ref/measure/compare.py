@@ -17,13 +17,13 @@ Speedups are ratios of runs taken in the same interleaved loop; never compare th
 """
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 
 import torch
 
 from ..metrics import SpecStats, merge_stats
 from ..sampling import GREEDY, SamplingParams, logits_to_probs
+from . import protocol
 from .timing import decode_rate
 
 PLAIN = "plain"
@@ -53,11 +53,11 @@ def run_interleaved(model, prompts, methods: dict, max_new_tokens: int = 48, war
 
     prompts: a list of 1-D id tensors (or ``{id: tensor}``; the order is kept). methods:
     ``{name: proposer}``, with ``None`` for plain decoding (include one to have a baseline).
-    warmup: short untimed generations per method before the first timed one. repeats: timed runs
-    per (prompt, method), interleaved, the methods in reverse order on every other repeat; the run
-    with the median wall time (the lower middle one for an even count) is kept (its tokens are the
-    same in every repeat; a drafter that learns across requests repeats from its state before the
-    prompt, not from its own first answer). Extra keyword arguments go to ``generate`` (sampling,
+    warmup: short untimed generations per method before the first timed one. repeats: timed rounds
+    per prompt under ``measure.protocol``: interleaved, the methods in reverse order on every other
+    round, a method whose rounds disagree re-timed, and the run with the median wall time (the lower
+    middle one for an even count) kept (its tokens are the same in every round; a drafter that learns
+    across requests repeats from its state before the prompt, not from its own first answer). Extra keyword arguments go to ``generate`` (sampling,
     seed, ...).
     """
     from ..engine import generate
@@ -81,18 +81,20 @@ def run_interleaved(model, prompts, methods: dict, max_new_tokens: int = 48, war
         # every repeat starts from its history before the prompt (the last one stays in the stream).
         marks = {name: p.history_mark() for name, p in methods.items()
                  if repeats > 1 and getattr(p, "learns_across_requests", False)}
-        for rep in range(repeats):
-            # odd repeats run the methods in reverse order, so that no method always runs first
-            # (on a cold cache) or right after the same neighbour
-            order = list(methods.items()) if rep % 2 == 0 else list(methods.items())[::-1]
-            for name, proposer in order:
-                if rep and name in marks:
-                    proposer.forget_since(marks[name])
-                runs[name].append(generate(model, ids, proposer=proposer, max_new_tokens=max_new_tokens,
-                                           **generate_kwargs))
-        for name, rs in runs.items():
-            median = statistics.median_low([r.stats.wall_time_s for r in rs])
-            results[name].append(next(r for r in rs if r.stats.wall_time_s == median))
+
+        def run(name, proposer, again):
+            if again and name in marks:
+                proposer.forget_since(marks[name])
+            runs[name].append(generate(model, ids, proposer=proposer, max_new_tokens=max_new_tokens,
+                                       **generate_kwargs))
+
+        for rep in range(repeats):  # measure/protocol.py: interleaved rounds, alternating order
+            for name in protocol.order_of(methods, rep):
+                run(name, methods[name], rep > 0)
+        for name, rs in runs.items():  # a method whose rounds disagree is re-timed (protocol rule 3)
+            while repeats >= 2 and protocol.wants_another_round([r.stats.wall_time_s for r in rs]):
+                run(name, methods[name], True)
+            results[name].append(rs[protocol.kept_index([r.stats.wall_time_s for r in rs])])
     return results
 
 

@@ -5,6 +5,8 @@
 * :func:`decode_seconds` / :func:`decode_rate`: the decode phase of a generation (wall time minus
   the prefill), and tokens per second over it, for one result or pooled over many. This is the
   quantity the speedup formula predicts: the prefill is the same for every method.
+* :func:`measure_cost_curve`: T(n), one target forward scoring n tokens after a cached context,
+  the machine's side of every speedup prediction (``sizing`` caches it per machine).
 * :func:`check_quiet`: before measuring, sample how busy the CPUs are. On a shared machine other
   processes make every timing meaningless; the check prints a clearly marked notice and returns
   the figures, it never raises (tests and CI run notebooks under load on purpose).
@@ -20,6 +22,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
+
+from .. import kv
 
 BUSY_NOTICE = "NOTICE: BUSY MACHINE"  # the marker check_quiet prints (searchable in saved outputs)
 
@@ -185,3 +189,56 @@ def start_timed_cli(threads: int | None = None) -> None:
     warning = busy_machine_warning()
     if warning:
         print(warning, file=sys.stderr)
+
+
+@torch.inference_mode()
+def measure_cost_curve(model, ns=range(1, 17), context_len: int = 200, repeats: int = 7, warmup: int = 2,
+                       seed: int = 0) -> dict:
+    """Measure T(n): seconds for one target forward scoring n new tokens after a cached context.
+
+    Why: a decode step is memory-bound (it streams all weights for one token), so scoring n
+    tokens at once costs little more than one; T(k+1)/T(1) is the verify cost in the speedup
+    formula (analysis.expected_speedup). The context is ``context_len`` seeded random token ids
+    prefilled into a KV cache; each timed forward feeds n more tokens (all n positions' logits, as
+    in verification), then the cache is cropped back with ``kv.crop_to``. Rounds go over all n in
+    turn, in a freshly shuffled (seeded) order each round, so that machine drift hits every n alike
+    and no n always follows the largest one; ``warmup`` rounds are discarded; the median is kept.
+
+    Returns plain Python values: ``{"ns": [int], "times_s": [float], "relative": [float]
+    (T(n)/T(ns[0]), i.e. T(n)/T(1) with the default ns), "samples_s": [[float]] (each n's timings,
+    one per round), "context_len", "repeats", "device", "dtype"}``.
+    """
+    ns = [int(n) for n in ns]
+    if not ns or min(ns) < 1:
+        raise ValueError(f"ns must be a non-empty list of ints >= 1, got {ns!r}")
+    if not isinstance(repeats, int) or repeats < 1 or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError("repeats must be an int >= 1 and warmup an int >= 0")
+    if not isinstance(context_len, int) or context_len < 1:
+        raise ValueError(f"context_len must be an int >= 1, got {context_len!r}")
+    window = getattr(model.config, "max_position_embeddings", None)
+    if window is not None and context_len + max(ns) > window:
+        raise ValueError(f"context_len + max(ns) = {context_len + max(ns)} exceeds the context window {window}")
+    device = next(model.parameters()).device
+    vocab = model.get_input_embeddings().weight.shape[0]
+    gen = torch.Generator().manual_seed(seed)
+    context = torch.randint(0, vocab, (1, context_len), generator=gen).to(device)
+    new = torch.randint(0, vocab, (1, max(ns)), generator=gen).to(device)
+    cache = kv.new_cache(model)
+    model(input_ids=context, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    samples = {n: [] for n in ns}
+    for r in range(warmup + repeats):
+        for i in torch.randperm(len(ns), generator=gen).tolist():
+            n = ns[i]
+            sync_device(device)
+            t0 = time.perf_counter()
+            model(input_ids=new[:, :n], past_key_values=cache, use_cache=True)
+            sync_device(device)
+            dt = time.perf_counter() - t0
+            kv.crop_to(cache, context_len)
+            if r >= warmup:
+                samples[n].append(dt)
+    times = [float(statistics.median(samples[n])) for n in ns]
+    return {"ns": ns, "times_s": times, "relative": [float(t / times[0]) for t in times],
+            "samples_s": [[float(t) for t in samples[n]] for n in ns],
+            "context_len": int(context_len), "repeats": int(repeats), "device": str(device),
+            "dtype": str(next(model.parameters()).dtype).replace("torch.", "")}
