@@ -58,9 +58,25 @@ def keep_positions(cache, positions: torch.Tensor) -> None:
     """Keep only the given sequence positions (sorted, 1-D), in that order, in every layer.
 
     Used after tree verification: the cache holds the whole candidate tree and must be compacted
-    to the committed prefix plus the accepted path.
+    to the committed prefix plus the accepted path. The kept positions start with the untouched
+    prefix 0, 1, ..., j - 1; only the few after it move (the accepted path's entries, at most the
+    tree's depth), in place, and the rest is cut off. Copying the whole cache instead would cost
+    every tree step time in proportion to the context.
     """
-    _index_select(cache, positions, dim=-2)
+    positions = positions.to(torch.long).reshape(-1)
+    n = positions.numel()
+    same = positions == torch.arange(n, dtype=torch.long, device=positions.device)
+    prefix = n if bool(same.all()) else int(same.to(torch.int8).argmin())
+    for layer, k_name, v_name in _layers_kv(cache):
+        keys = getattr(layer, k_name, None)
+        if keys is None or keys.numel() == 0:
+            continue
+        moved = positions[prefix:].to(keys.device)
+        for name in (k_name, v_name):
+            t = getattr(layer, name)
+            if prefix < n:
+                t[..., prefix:n, :] = t.index_select(-2, moved)  # the source is copied out before the write
+            setattr(layer, name, t[..., :n, :])
 
 
 def layer_len(cache, layer_idx: int) -> int:

@@ -75,7 +75,7 @@ import torch
 
 from .. import decoder, kv, trees
 from ..masks import causal_additive_mask, tree_attention_mask
-from .base import DecodeState, Draft, Proposer, StepOutcome, resolve_draft_sampling
+from .base import DecodeState, Draft, Proposer, StepOutcome, resolve_draft_sampling, with_sizing
 from .drafting import draft_chain
 from .shipped import (WEIGHTS_DIR, load_weights, require_embedded, require_file, require_same_target, save_weights,
                       shipped_vocab, weights_metadata)
@@ -443,7 +443,9 @@ class EagleProposer(Proposer):
             tok.append(t), par.append(trees.ROOT), score.append(lp), depth.append(1)
         level = list(range(len(tok)))
         past = n - 2  # head cache positions before the root's entry (position N-2, input token x_{N-1})
-        for d in range(1, self.depth):
+        # A node at depth d has d - 1 ancestors, each scoring at least as high and ranking before it,
+        # so with k nodes kept nothing deeper than k survives: levels past k would be drafted for nothing.
+        for d in range(1, min(self.depth, self.k)):
             expand = sorted(level, key=lambda i: (-score[i], i))[: self.beam]
             # Head entries for the expanded nodes: input [feature of the parent, emb(node token)].
             start = len(hpar)
@@ -481,7 +483,7 @@ class EagleProposer(Proposer):
     def __repr__(self) -> str:
         shape = f", tree=(depth={self.depth}, beam={self.beam}, branch={self.branch})" if self.tree else ""
         fused = f", fused={self.head.feature_layers}" if self.head.features == "fused" else ""
-        return f"EagleProposer(k={self.k}{shape}{fused}, draft_vocab={self.vocab.size})"
+        return with_sizing(self, f"EagleProposer(k={self.k}{shape}{fused}, draft_vocab={self.vocab.size})")
 
 
 def load_eagle_proposer(target, k: int | None = None, tree: bool = False, reduced_vocab: bool = True,
