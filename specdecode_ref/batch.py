@@ -32,7 +32,7 @@ from .proposers.base import Draft, Proposer
 # The padded cache moved to ragged_cache.py; its names stay importable from here.
 from .ragged_cache import (COMPACT_FRACTION, EMPTY_SLOT, RaggedCache, check_compact_fraction,  # noqa: F401
                            compaction_index, left_pad_layout, rollback_slot_positions, row_parents)
-from .request import (Request, Verdict, check_sampling_and_proposer, check_seed, eos_token_ids, sync,
+from .request import (Request, Verdict, check_sampling_and_proposer, check_seed, drafting, eos_token_ids, sync,
                       validate_prompt)
 from .sampling import SamplingParams, logits_to_probs, next_token
 from .verify import (PLACEHOLDER_TOKEN_ID, block_verify, check_verification, greedy_verify, refuse_block_for_tree,
@@ -248,6 +248,7 @@ def generate_batch(model, prompts, proposer: Proposer | None = None, max_new_tok
     row's last token (a row waits for the whole batch at every step).
     """
     sampling = check_sampling_and_proposer(model, sampling, proposer)
+    proposer = drafting(proposer)
     prompts, budgets = validate_prompts(model, prompts, max_new_tokens)
     seeds = _as_seeds(seed, len(prompts))
     compact_fraction = check_compact_fraction(compact_fraction)

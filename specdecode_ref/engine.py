@@ -28,8 +28,8 @@ import torch
 from . import kv, trees
 from .proposers.base import DecodeState, Draft, Proposer, step_hidden_states
 from .request import (ACCEPTED, BONUS, RECOVERED, TARGET, GenerationResult, Request, Verdict, as_int, as_prompt,
-                      check_positive_int, check_sampling_and_proposer, check_seed, context_window, eos_token_ids,
-                      sync, validate_prompt)
+                      check_positive_int, check_sampling_and_proposer, check_seed, context_window, drafting,
+                      eos_token_ids, sync, validate_prompt)
 from .sampling import SamplingParams, logits_to_probs, next_token
 from .verify import (VERIFICATION, block_verify, check_verification, greedy_verify, refuse_block_for_tree,
                      rejection_sample, tree_greedy_verify,
@@ -206,6 +206,7 @@ def generate(model, input_ids, proposer: Proposer | None = None, max_new_tokens:
     """
     sampling, prompt = _check_arguments(model, input_ids, proposer, max_new_tokens, sampling, tree_acceptance,
                                         verification)
+    proposer = drafting(proposer)
     eos = set(eos_token_ids(model, eos_token_id)) if stop_on_eos else set()
     request = Request.start(model, prompt, sampling, check_seed(seed), max_new_tokens, eos, proposer)
     state, generator = request.state, request.state.generator

@@ -151,6 +151,13 @@ def check_sampling_and_proposer(model, sampling, proposer) -> SamplingParams:
     return sampling
 
 
+def drafting(proposer: Proposer | None) -> Proposer | None:
+    """The proposer a path drafts with: None (plain decoding) also for a proposer that declares it
+    drafts nothing (``load_proposer``'s ``StandAside``, where plain decoding is predicted faster),
+    so that standing aside costs exactly what plain decoding costs."""
+    return None if proposer is None or proposer.drafts_nothing else proposer
+
+
 def check_draft(proposer: Proposer, draft: Draft) -> None:
     """A proposer's draft keeps its promises: at most k tokens, and q (if any) for each of them."""
     if len(draft) > proposer.k:

@@ -28,7 +28,7 @@ What is reused: tau of a chain is ``analysis.expected_tokens_from_position_rates
 tree and a tree's expected accepted tokens are ``proposers.medusa.derive_choices`` and
 ``expected_accepted`` (the shipped trees are built with them); trees are Medusa-style "choices"
 (rank paths), turned into a parents array by ``trees.tree_from_choices``; the cost curve is
-measured by ``measure.bench.measure_cost_curve`` and cached under ``cache.cache_dir()``; the
+measured by ``measure.timing.measure_cost_curve`` and cached under ``cache.cache_dir()``; the
 machine is named by ``measure.claims.cpu_name`` / ``machine_line`` and the backend by
 ``backend.backend_of``. Unlike ``analysis.as_verify_cost`` (which makes a curve monotone first),
 :class:`CostCurve` uses the measured times as they are: a curve that dips is shown to the model.
@@ -55,7 +55,7 @@ from .analysis import expected_tokens_from_position_rates
 __all__ = ["CostCurve", "as_cost_fn", "machine_cost_curve", "cost_curve_key", "chain_speed", "best_chain",
            "ChainRow", "ChainChoice", "SizedTree", "TreeRow", "TreeChoice", "rate_table", "tree_tau",
            "optimal_tree", "greedy_tree", "best_tree", "per_level_draft_cost", "per_step_draft_cost", "choose",
-           "choose_per_batch"]
+           "choose_per_batch", "DraftSize", "SizeRow", "stored_draft_sizes", "size_for", "machine_draft_size"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -141,7 +141,7 @@ class CostCurve:
 
     @classmethod
     def from_dict(cls, d: dict) -> "CostCurve":
-        """The inverse of :meth:`to_dict`; also reads a ``bench.measure_cost_curve`` dict (its extra
+        """The inverse of :meth:`to_dict`; also reads a ``timing.measure_cost_curve`` dict (its extra
         keys are ignored, its device and dtype become labels)."""
         if not isinstance(d, dict) or "ns" not in d or "times_s" not in d:
             raise ValueError("a cost curve dict needs 'ns' and 'times_s'")
@@ -149,7 +149,7 @@ class CostCurve:
 
 
 def as_cost_fn(curve) -> Callable[[int], float]:
-    """T(n) as a checked function of n: a :class:`CostCurve`, a ``bench.measure_cost_curve`` dict, or
+    """T(n) as a checked function of n: a :class:`CostCurve`, a ``timing.measure_cost_curve`` dict, or
     any callable n -> seconds (e.g. one batch size's row of a cost surface, ``lambda n: T(B, n)``)."""
     if isinstance(curve, CostCurve):
         return curve.cost
@@ -222,8 +222,8 @@ def cost_curve_key(model, ns: Sequence[int]) -> dict:
 
 
 def _default_measure(model, ns: Sequence[int]) -> dict:
-    """``bench.measure_cost_curve`` at a quick setting (5 repeats, a 256-token context at most)."""
-    from .measure.bench import measure_cost_curve
+    """``measure.timing.measure_cost_curve`` at a quick setting (5 repeats, a 256-token context at most)."""
+    from .measure.timing import measure_cost_curve
 
     window = getattr(model.config, "max_position_embeddings", None) or 4096
     return measure_cost_curve(model, ns=ns, context_len=max(1, min(256, window - max(ns))), repeats=5)
@@ -246,8 +246,8 @@ def machine_cost_curve(model, ns: Iterable[int] = range(1, 17), measure: Callabl
 
     Why cached: a sizing decision should not cost a benchmark per call, but it must be redone when
     anything T(n) depends on changes (see :func:`cost_curve_key`). ns: token counts to measure
-    (must start at 1). measure(model, ns) -> a ``bench.measure_cost_curve`` dict or a CostCurve
-    (default: bench.measure_cost_curve, a few seconds). cache_dir: the cache root (default
+    (must start at 1). measure(model, ns) -> a ``timing.measure_cost_curve`` dict or a CostCurve
+    (default: timing.measure_cost_curve, a few seconds). cache_dir: the cache root (default
     ``cache.cache_dir()``); files go to ``<root>/sizing/cost_curves/``. refresh: measure again even
     when cached. A corrupt or mismatched cache file is measured over, not trusted.
     """
@@ -630,3 +630,120 @@ def choose_per_batch(kind: str, rates, batch_cost: Callable[[int, int], float], 
         dc = draft_cost_by_batch(b) if draft_cost_by_batch is not None else draft_cost
         out[b] = choose(kind, rates, (lambda n, b=b: batch_cost(b, n)), dc, **kwargs)
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# The size load_proposer drafts with: each shipped drafter's measured table and this machine.
+# --------------------------------------------------------------------------------------------
+
+SIZING_NS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 20, 24, 32)  # up to 16 drafts, and batches
+DRAFT_SIZES = Path(__file__).resolve().parent / "data" / "measured" / "draft_sizes.json"
+
+
+class SizeRow(NamedTuple):
+    size: int  # k of a chain or lookup, node budget of a tree
+    tau: float  # tokens per decode step (measured)
+    step_s: float  # predicted seconds per decode step on this machine
+    tokens_per_s: float
+
+
+@dataclass(frozen=True)
+class DraftSize:
+    """The size chosen for one drafter on one machine, and the prediction behind it.
+
+    size: the k (chain, lookup) or node budget (tree) with the highest predicted tokens per
+    second; 0 when plain decoding is predicted faster than every size (the drafter then stands
+    aside and drafts nothing). table: a :class:`SizeRow` per measured size. t1_s: T(1) here.
+    """
+
+    name: str
+    size: int
+    tokens_per_s: float
+    plain_tokens_per_s: float
+    table: tuple
+    t1_s: float
+    machine: str = ""
+    batch_size: int = 1
+
+    @property
+    def speedup(self) -> float:
+        """Predicted tokens per second over plain decoding's, at the chosen size (1.0 when standing aside)."""
+        return self.tokens_per_s / self.plain_tokens_per_s
+
+    @property
+    def best_row(self) -> SizeRow:
+        return max(self.table, key=lambda r: (r.tokens_per_s, -r.size))
+
+    def describe(self) -> str:
+        """One line: what was chosen, the predicted speed against plain decoding, and on what curve."""
+        best = self.best_row
+        if self.size == 0:
+            return (f"drafts nothing: plain decoding is predicted faster here than every size "
+                    f"(best k = {best.size} at {best.tokens_per_s / self.plain_tokens_per_s:.2f}x, "
+                    f"T(1) = {self.t1_s * 1e3:.1f} ms)")
+        batch = f" at batch size {self.batch_size}" if self.batch_size > 1 else ""
+        return (f"k = {self.size} chosen for this machine{batch}: predicted {self.speedup:.2f}x plain decoding "
+                f"(tau {best.tau:.2f}, a step costs {best.step_s / self.t1_s:.2f} one-token forwards, "
+                f"T(1) = {self.t1_s * 1e3:.1f} ms)")
+
+
+def stored_draft_sizes(path=None) -> dict:
+    """The table ``measure.draft_sizes`` wrote: per drafter and size, tau, verify widths and the
+    drafter's and the engine's seconds per step, with the run's T(1) (``meta.t1_s``)."""
+    p = Path(path) if path is not None else DRAFT_SIZES
+    try:
+        return json.loads(p.read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{p} is missing: run `python -m specdecode_ref.measure.draft_sizes`") from None
+
+
+def size_for(name: str, curve, table: dict | None = None, batch_size: int = 1) -> DraftSize:
+    """Predict every measured size of drafter ``name`` on ``curve`` (this machine's T(n)) and keep
+    the fastest, or 0 (stand aside) when none beats plain decoding.
+
+    A size's step: sum_n w_n T(n) over the widths its verify scores (w_n: share of steps), plus the
+    drafter's and the engine's measured seconds per step scaled by T(1) here / T(1) of the run
+    that measured them. Plain decoding: 1 / (T(1) + the engine's seconds per plain step, scaled
+    alike). Ties go to the smaller size.
+
+    batch_size B > 1: a step of B requests feeds B times the rows through every weight matrix, so
+    its forward is taken as T(B n) on the one-request curve (attention, which grows with each
+    row's own context, aside), and the drafter's and the engine's time as B times one request's;
+    tokens per second are per request. The larger B, the steeper the curve a draft meets, and the
+    smaller the size that pays.
+    """
+    table = stored_draft_sizes() if table is None else table
+    drafters = table.get("drafters", {})
+    if name not in drafters:
+        raise ValueError(f"no measured sizes for {name!r}; the table covers {sorted(drafters)}")
+    b = _check_k(batch_size, "batch_size")
+    if b < 1:
+        raise ValueError("batch_size must be >= 1")
+    meta = table["meta"]
+    cost = as_cost_fn(curve)
+    t1 = cost(1)
+    scale = t1 / _finite_positive(meta["t1_s"], "the table's t1_s")
+    plain = 1.0 / (cost(b) / b + scale * float(meta.get("plain_overhead_s", 0.0)))
+    rows = []
+    for s, e in sorted(drafters[name]["sizes"].items(), key=lambda kv: int(kv[0])):
+        widths = {int(n): float(w) for n, w in e["widths"].items()}
+        if b == 1:
+            forward = sum(w * cost(n) for n, w in widths.items())
+        else:
+            forward = cost(b * sum(w * n for n, w in widths.items())) / b
+        step = forward + scale * (float(e["draft_s"]) + float(e["overhead_s"]))
+        rows.append(SizeRow(int(s), float(e["tau"]), step, float(e["tau"]) / step))
+    if not rows:
+        raise ValueError(f"the table holds no sizes for {name!r}")
+    best = max(rows, key=lambda r: (r.tokens_per_s, -r.size))
+    size = best.size if best.tokens_per_s > plain else 0
+    return DraftSize(name, size, best.tokens_per_s if size else plain, plain, tuple(rows), t1,
+                     getattr(curve, "machine", ""), b)
+
+
+def machine_draft_size(name: str, model, table: dict | None = None, refresh: bool = False,
+                       batch_size: int = 1) -> DraftSize:
+    """:func:`size_for` on this machine's cost curve for ``model`` (:func:`machine_cost_curve`,
+    measured once for n = 1..32 and cached; a wider forward continues the last slope)."""
+    curve = machine_cost_curve(model, ns=SIZING_NS, refresh=refresh)
+    return size_for(name, curve, table, batch_size=batch_size)

@@ -15,10 +15,15 @@ from support import make_tiny_llama
 @pytest.fixture(autouse=True)
 def _full_size(monkeypatch):
     """The tests below run at one size whatever the notebooks' switch says: `make test` sets
-    SPECDECODE_SMALL_RUN=1 for the notebooks, and the tests share their worker processes."""
+    SPECDECODE_SMALL_RUN=1 for the notebooks, and the tests share their worker processes. Drafts
+    are of the fixed sizes (see below)."""
     from specdecode_ref.measure.run_size import SWITCH
 
     monkeypatch.delenv(SWITCH, raising=False)
+    # load_proposer without k drafts at the fixed sizes here, whatever this machine would choose: a
+    # test about a drafter needs it to draft (a sized one may stand aside). The tests of the sizing
+    # itself (proposers/test_sized_defaults.py) lift this.
+    monkeypatch.setenv("SPECDECODE_DRAFT_SIZES", "fixed")
 
 
 @pytest.fixture(scope="session")

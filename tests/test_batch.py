@@ -267,9 +267,10 @@ def test_rows_draft_what_each_request_drafts_alone(embedded, prompts, budgets, n
     the padded prefill, its root and accepted path after each step): every row then drafts and
     accepts exactly what ``generate`` does for that request alone (fp32), tree or chain."""
     model, _ = embedded
-    rows = generate_batch(model, prompts, proposer=load_proposer(name, model), max_new_tokens=budgets)
+    k = {"medusa": 8, "eagle": 2, "pard": 2}[name]  # fixed sizes: a sized drafter could stand aside here
+    rows = generate_batch(model, prompts, proposer=load_proposer(name, model, k=k), max_new_tokens=budgets)
     for p, m, row in zip(prompts, budgets, rows):
-        alone = generate(model, p, proposer=load_proposer(name, model), max_new_tokens=m)
+        alone = generate(model, p, proposer=load_proposer(name, model, k=k), max_new_tokens=m)
         assert row.tokens.tolist() == alone.tokens.tolist()
         assert (row.stats.drafted, row.stats.accepted_lengths) == (alone.stats.drafted, alone.stats.accepted_lengths)
 
@@ -331,8 +332,8 @@ def test_planted_hidden_state_slip_is_caught(embedded, prompts, budgets, monkeyp
     batch rows no longer draft what the requests draft alone (the tokens stay exact: lossless)."""
     model, _ = embedded
     monkeypatch.setattr(batch, "row_hidden_states", _hidden_one_position_late)
-    rows = generate_batch(model, prompts, proposer=load_proposer("eagle", model), max_new_tokens=budgets)
-    alone = [generate(model, p, proposer=load_proposer("eagle", model), max_new_tokens=m)
+    rows = generate_batch(model, prompts, proposer=load_proposer("eagle", model, k=2), max_new_tokens=budgets)
+    alone = [generate(model, p, proposer=load_proposer("eagle", model, k=2), max_new_tokens=m)
              for p, m in zip(prompts, budgets)]
     assert [r.tokens.tolist() for r in rows] == [a.tokens.tolist() for a in alone]
     assert [r.stats.accepted_lengths for r in rows] != [a.stats.accepted_lengths for a in alone]
@@ -390,13 +391,13 @@ def test_planted_tree_bugs_are_caught(embedded, prompts, budgets, references, mo
     """Tree drafts in a batch (Medusa's 8-node tree, every row's tree in one forward) are exact
     (test_exactness_matrix) and each of these bugs breaks that."""
     model, _ = embedded
-    assert not mismatched_rows(model, prompts, budgets, references, proposer=load_proposer("medusa", model))
+    assert not mismatched_rows(model, prompts, budgets, references, proposer=load_proposer("medusa", model, k=8))
     where, fn = TREE_PLANTED[bug]
     if where == "RaggedCache.discard":
         monkeypatch.setattr(RaggedCache, "discard", fn)
     else:
         monkeypatch.setattr(ragged_cache, where, fn)
-    bad = mismatched_rows(model, prompts, budgets, references, proposer=load_proposer("medusa", model))
+    bad = mismatched_rows(model, prompts, budgets, references, proposer=load_proposer("medusa", model, k=8))
     assert bad, f"planted bug {bug!r} went unnoticed"
 
 

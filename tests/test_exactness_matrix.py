@@ -49,10 +49,11 @@ from specdecode_ref.proposers import load_proposer
 from specdecode_ref.serving.scheduler import serve
 
 NEW = 24
-# Deep draft per chain drafter; trees: their shipped node budget (None) against a single node (k=1).
+# Deep draft per chain drafter; trees: a wide tree (8 or 16 nodes) against a single node (k=1). Every
+# size load_proposer can choose for a tree is checked in tests/proposers/test_sized_defaults.py.
 DEEP = {"ngram": 5, "draft": 4, "draft-fullvocab": 4, "early-exit": 4, "medusa-chain": 3, "hydra-chain": 3,
-        "eagle": 4, "eagle3": 4, "medusa": None, "hydra": None, "eagle-tree": None, "suffix": 24,
-        "pard": 4, "pard-tree": None}
+        "eagle": 4, "eagle3": 4, "medusa": 8, "hydra": 8, "eagle-tree": 16, "suffix": 24,
+        "pard": 4, "pard-tree": 8}
 TREES = {"medusa", "hydra", "eagle-tree", "pard-tree"}
 LEARNS_FROM_EARLIER_REQUESTS = {"suffix"}  # its global tree holds earlier requests' outputs
 # The EAGLE-3 head trained on the CPU keeps a second drafted token in a row rarely (2 % of steps at

@@ -429,3 +429,97 @@ def test_cost_curve_key_names_what_the_curve_depends_on():
     bigger = _fake_model()
     bigger.config.hidden_size = 4
     assert sizing.cost_curve_key(bigger, [1, 2])["config"] != key["config"]
+
+
+# ---- 5. the size load_proposer drafts with -----------------------------------------------------
+
+def _table(t1_run=T1):
+    """A synthetic size table: a tree whose tau grows with its budget and costs little to draft,
+    and a chain whose drafting costs a fifth of a plain step per token."""
+    def tree(b):
+        return {"tau": 1.0 + 0.9 * (1 - 0.8 ** b) / 0.2, "widths": {str(b + 1): 1.0},
+                "draft_s": 0.1 * t1_run, "overhead_s": 0.0}
+
+    def chain(k):
+        return {"tau": 1.0 + sum(0.6 ** i for i in range(1, k + 1)), "widths": {str(k + 1): 1.0},
+                "draft_s": 0.2 * t1_run * k, "overhead_s": 0.0}
+
+    return {"meta": {"t1_s": t1_run, "plain_overhead_s": 0.0},
+            "drafters": {"tree": {"kind": "tree", "sizes": {str(b): tree(b) for b in (1, 2, 4, 8, 16, 32)}},
+                         "chain": {"kind": "chain", "sizes": {str(k): chain(k) for k in range(1, 9)}}}}
+
+
+def check_size_for(size_for):
+    table = _table()
+    flat, steep = size_for("tree", FLAT, table), size_for("tree", STEEP, table)
+    assert flat.size == 32, f"a flat curve should draft the biggest tree, got {flat.size}"
+    assert steep.size == 0 and steep.speedup == 1.0, "T(n) = n T(1) pays for no tree: stand aside"
+    mid = CostCurve(NS, [T1 * (1 + 0.05 * (n - 1)) for n in NS])
+    assert 0 < size_for("tree", mid, table).size < 32
+    # by hand: chain k = 1 on the flat curve: tau 1.6 over T(2) + 0.2 T(1)
+    row = size_for("chain", FLAT, table).table[0]
+    assert row.size == 1 and row.tokens_per_s == pytest.approx(1.6 / (1.2 * T1))
+    # the run's seconds scale with T(1): the same table on a machine twice as slow picks the same size
+    slow = CostCurve(NS, [2 * t for t in mid.times_s])
+    assert size_for("tree", slow, table).size == size_for("tree", mid, table).size
+    assert size_for("tree", slow, table).speedup == pytest.approx(size_for("tree", mid, table).speedup)
+
+
+def test_size_for():
+    check_size_for(sizing.size_for)
+
+
+def test_size_for_that_ignores_drafting_time_is_caught():
+    def no_draft_time(name, curve, table):  # planted twin: the drafter's time left out
+        t = json.loads(json.dumps(table))
+        for e in t["drafters"][name]["sizes"].values():
+            e["draft_s"] = 0.0
+        return sizing.size_for(name, curve, t)
+
+    assert _fails(check_size_for, no_draft_time)
+
+
+def test_size_for_that_never_stands_aside_is_caught():
+    def always_drafts(name, curve, table):  # planted twin: the best size even when plain is faster
+        choice = sizing.size_for(name, curve, table)
+        return choice if choice.size else choice.__class__(**{**choice.__dict__, "size": choice.best_row.size})
+
+    assert _fails(check_size_for, always_drafts)
+
+
+def test_size_for_rejects_what_it_cannot_predict():
+    with pytest.raises(ValueError, match="no measured sizes"):
+        sizing.size_for("nope", FLAT, _table())
+    with pytest.raises(ValueError, match="t1_s"):
+        sizing.size_for("tree", FLAT, _table(t1_run=0.0))
+
+
+def test_the_stored_table_covers_every_sized_drafter():
+    from specdecode_ref.proposers import available_proposers, default_k
+
+    table = sizing.stored_draft_sizes()
+    sized = {n for n in available_proposers() if default_k(n) is not None}
+    assert sized == set(table["drafters"]), "every proposer with a fixed default k must have measured sizes"
+    for name, entry in table["drafters"].items():
+        for size, e in entry["sizes"].items():
+            assert e["tau"] >= 1.0 and e["draft_s"] >= 0 and e["overhead_s"] >= 0, (name, size)
+            assert sum(e["widths"].values()) == pytest.approx(1.0, abs=1e-6), (name, size)
+            assert max(int(n) for n in e["widths"]) <= int(size) + 1, (name, size)
+
+
+def check_size_shrinks_with_batch(size_for):
+    curve = CostCurve(NS, [T1 * (1 + 0.02 * (n - 1)) for n in NS])  # nearly flat for one request
+    sizes = [size_for("tree", curve, _table(), batch_size=b).size for b in (1, 2, 4, 8)]
+    assert sizes[0] > sizes[-1], f"a batch's steeper forward must shrink the tree, got {sizes}"
+    assert sizes == sorted(sizes, reverse=True), sizes
+
+
+def test_size_shrinks_with_batch():
+    check_size_shrinks_with_batch(sizing.size_for)
+
+
+def test_size_that_ignores_the_batch_is_caught():
+    def one_request(name, curve, table, batch_size=1):  # planted twin: sizes every batch as one request
+        return sizing.size_for(name, curve, table)
+
+    assert _fails(check_size_shrinks_with_batch, one_request)

@@ -20,4 +20,6 @@ checks its formulas against a real model.
     verification_bench  token against block verification: exact keep probabilities, recorded calls (notebook 11)
     suffix_bench    suffix decoding against n-gram and plain decoding on a stream, at batch 1 and served (notebook 11)
     suffix_vllm     our suffix decoding beside vLLM's, request by request, counters recounted within max_tokens
+    draft_sizes     every shipped drafter at every size on the benchmark (the table load_proposer sizes drafts
+                    from), and the chosen sizes timed against plain decoding on unseen prompts
 """

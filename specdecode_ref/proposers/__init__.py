@@ -1,9 +1,10 @@
 """Proposers (drafters) and ``load_proposer``, the one entry point that builds them by name."""
 from __future__ import annotations
 
+import logging
 import os
 
-from .base import DRAFT_SAMPLING, DecodeState, Draft, Proposer, StepOutcome, resolve_draft_sampling
+from .base import DRAFT_SAMPLING, DecodeState, Draft, Proposer, StandAside, StepOutcome, resolve_draft_sampling
 from .draft_model import DraftModelProposer
 from .eagle import EagleProposer
 from .early_exit import EarlyExitProposer
@@ -136,12 +137,13 @@ def _bandit(target, k, candidates=("plain", "ngram", "draft", "eagle"), probe_st
                         probe_steps=probe_steps)
 
 
-# name -> (builder(target, k, **kwargs), default k). The model-based defaults were picked from one
-# measured sweep (bf16, 2 CPU threads, one prompt per benchmark category, 48 tokens): each drafter's
-# fastest k. On this CPU a drafted token costs the draft model about a fifth of a target forward,
-# so with first-token acceptance near 0.35 the chain pays best at k = 1 (notebook 05's formula says
-# the same); the cheaper EAGLE and Hydra heads pay at 2 and 3. On a GPU, where drafting is cheap
-# next to a large target, pass a longer k.
+# name -> (builder(target, k, **kwargs), fixed k). load_proposer(name, model) does not draft with
+# these numbers when it can size the draft for the machine at hand (sizing.machine_draft_size: each
+# drafter's measured tau and drafting time per size, data/measured/draft_sizes.json, against this
+# machine's cost curve T(n)). They are what it falls back to when it cannot: no target to time, a
+# target other than the embedded model (the table's acceptances are that model's), keyword
+# arguments that change what the drafter drafts, or SPECDECODE_DRAFT_SIZES=fixed. They are the sizes
+# that machine-sizing chose on the course's 2-core CPU, rounded to the trees' and chains' usual steps.
 _REGISTRY = {
     "ngram": (_ngram, 8),
     "draft": (_draft, 1),
@@ -162,13 +164,43 @@ _REGISTRY = {
 }
 
 
+#: keyword arguments that leave a drafter's greedy acceptance as the size table measured it
+_SIZING_NEUTRAL = frozenset({"draft_sampling"})
+_SAID = set()  # (name, size) pairs whose choice has been logged in this process
+
+
+def _machine_size(key: str, target, kwargs: dict, batch_size: int = 1):
+    """The draft size predicted fastest for ``key`` on this machine (``sizing.DraftSize``), or None
+    when the stored table does not describe what would be built (see the note on _REGISTRY)."""
+    if os.environ.get("SPECDECODE_DRAFT_SIZES", "machine").strip().lower() == "fixed":
+        return None
+    if target is None or set(kwargs) - _SIZING_NEUTRAL:
+        return None
+    from ..sizing import machine_draft_size, stored_draft_sizes
+    from .shipped import is_embedded_target
+
+    if not is_embedded_target(target):
+        return None
+    table = stored_draft_sizes()
+    if key not in table.get("drafters", {}):
+        return None
+    return machine_draft_size(key, target, table, batch_size=batch_size)
+
+
+def _say_once(key: str, choice) -> None:
+    if (key, choice.size) not in _SAID:
+        _SAID.add((key, choice.size))
+        logging.getLogger(__name__).info("load_proposer(%r): %s", key, choice.describe())
+
+
 def available_proposers() -> list:
     return sorted(_REGISTRY)
 
 
 def default_k(name: str) -> int | None:
-    """The k ``load_proposer(name)`` drafts with when none is given (None: the router's and bandit's
-    candidates keep their own)."""
+    """The fixed k ``load_proposer(name)`` falls back to when it cannot size the draft for the
+    machine (None: the router's and bandit's candidates keep their own); see ``sizing.machine_draft_size``
+    for the size it chooses when it can."""
     key = name.lower().replace("_", "-")
     if key not in _REGISTRY:
         raise ValueError(f"unknown proposer {name!r}; available: {available_proposers()}")
@@ -180,28 +212,42 @@ def register_proposer(name: str, builder, default_k: int) -> None:
     _REGISTRY[name] = (builder, default_k)
 
 
-def load_proposer(name: str, target=None, k: int | None = None, **kwargs) -> Proposer:
+def load_proposer(name: str, target=None, k: int | None = None, batch_size: int = 1, **kwargs) -> Proposer:
     """Build a proposer by name: "ngram", "draft", "draft-fullvocab", "early-exit", "medusa",
     "medusa-chain", "hydra", "hydra-chain", "pard", "pard-tree", "eagle", "eagle-tree", "eagle3", "suffix", and the drafters that
     choose among them per request, "router" and "bandit" (see ``available_proposers()``).
 
     Model-based proposers load their shipped weights for the embedded model and need ``target``.
-    ``serving.advisor.load_fitted(name, target)`` builds it with the K the advisor predicts fastest
-    on this machine (stored acceptance counters, this machine's cost curve; chains only).
+
+    k=None sizes the draft for this machine: the k (or tree node budget) with the highest predicted
+    tokens per second, from the drafter's measured acceptance and drafting time per size and this
+    machine's cost curve T(n), measured once and cached (``sizing.machine_draft_size``). When plain
+    decoding is predicted faster than every size, the drafter stands aside (``StandAside``: it
+    drafts nothing). ``repr(proposer)`` and ``proposer.sizing`` say what was chosen and why; the
+    choice is logged once. ``batch_size``: size the draft for steps of that many requests (a
+    batch's forward is steeper, so the size that pays shrinks; ``generate_batch`` and the scheduler
+    draft with the proposer's k as built). An explicit ``k`` always wins. Without a target to time, for another
+    target model, or with keyword arguments that change what is drafted, the fixed ``default_k`` is
+    used (also under ``SPECDECODE_DRAFT_SIZES=fixed``).
     ``draft_sampling="sample"|"greedy"`` (see ``DRAFT_SAMPLING``) picks how chain drafters choose
     tokens when the request samples; deterministic drafters (n-gram, trees) accept only "greedy".
     """
     key = name.lower().replace("_", "-")
     if key not in _REGISTRY:
         raise ValueError(f"unknown proposer {name!r}; available: {available_proposers()}")
-    builder, default_k = _REGISTRY[key]
+    builder, fixed_k = _REGISTRY[key]
     if isinstance(k, str):
-        raise ValueError(f"k must be an int >= 1 or None (the default), got {k!r}; for the K the cost model "
-                         "fits to this machine use specdecode_ref.serving.advisor.load_fitted(name, model)")
-    proposer = builder(target, default_k if k is None else k, **kwargs)
+        raise ValueError(f"k must be an int >= 1 or None (sized for this machine), got {k!r}")
+    sizing = _machine_size(key, target, kwargs, batch_size) if k is None and fixed_k is not None else None
+    size = (sizing.size or fixed_k) if sizing is not None else fixed_k
+    proposer = builder(target, size if k is None else k, **kwargs)
     if target is not None:
         proposer.check_compatible(target)
         _follow_target_backend(proposer, target)
+    if sizing is not None:
+        _say_once(key, sizing)
+        proposer = StandAside(proposer, sizing) if sizing.size == 0 else proposer
+        proposer.sizing = sizing
     return proposer
 
 
@@ -222,4 +268,4 @@ def _follow_target_backend(proposer: Proposer, target) -> None:
 
 __all__ = ["Proposer", "Draft", "DecodeState", "StepOutcome", "DRAFT_SAMPLING", "resolve_draft_sampling",
            "NgramProposer", "SuffixProposer", "DraftModelProposer", "ParallelDraftProposer", "EarlyExitProposer", "MedusaProposer", "EagleProposer", "load_proposer",
-           "available_proposers", "default_k", "register_proposer"]
+           "available_proposers", "default_k", "register_proposer", "StandAside"]

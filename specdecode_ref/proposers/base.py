@@ -139,6 +139,7 @@ class Proposer(ABC):
     draft_sampling = "greedy"  # model-based chain drafters default to "sample" (their constructors)
     needs_hidden_states = False  # True: receive the target's hidden states in begin and on_verified
     scores_draft = False  # True: the engine calls score() instead of its own verification forward
+    drafts_nothing = False  # True: every path decodes plainly, without asking it (StandAside)
 
     def __init__(self, k: int):
         self.k = check_k(k)
@@ -174,7 +175,33 @@ class Proposer(ABC):
         return PerRowBatchProposer(self)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(k={self.k})"
+        return with_sizing(self, f"{type(self).__name__}(k={self.k})")
+
+
+def with_sizing(proposer, text: str) -> str:
+    """A proposer's repr ``text`` ("Name(...)") with the size ``load_proposer`` chose for it on this
+    machine, and why, when it chose one (``proposer.sizing``, a ``sizing.DraftSize``)."""
+    choice = getattr(proposer, "sizing", None)
+    return text if choice is None else f"{text[:-1]}; {choice.describe()})"
+
+
+class StandAside(Proposer):
+    """What ``load_proposer`` returns when plain decoding is predicted faster on this machine than
+    every draft size of a drafter: it drafts nothing (``generate``, ``generate_batch`` and the
+    scheduler decode plainly when given it), and says why (``sizing``). The drafter it stands in
+    for is built and kept (``drafter``): pass an explicit k to ``load_proposer`` to draft with it."""
+
+    drafts_nothing = True
+
+    def __init__(self, drafter: Proposer, sizing=None):
+        super().__init__(1)
+        self.drafter, self.sizing = drafter, sizing
+
+    def propose(self, state: DecodeState) -> Draft:
+        return Draft.empty(state.device)
+
+    def __repr__(self) -> str:
+        return with_sizing(self, f"StandAside({type(self.drafter).__name__})")
 
 
 class ProposerWrapper(Proposer):

@@ -25,7 +25,7 @@ import torch
 from .. import decoder, kv
 from ..ragged_cache import RaggedCache
 from ..sampling import logits_to_probs
-from .base import BatchProposer, DecodeState, Draft, Proposer, StepOutcome, resolve_draft_sampling
+from .base import BatchProposer, DecodeState, Draft, Proposer, StepOutcome, resolve_draft_sampling, with_sizing
 from .drafting import draft_chain
 from .shipped import WEIGHTS_DIR, load_weights, require_embedded, require_file, save_weights, weights_metadata
 from .vocab import VocabHead
@@ -188,7 +188,7 @@ class DraftModelProposer(Proposer):
     def __repr__(self) -> str:
         vocab = "" if self.head is None else f", draft_vocab={self.head.size}"
         mode = "" if self.draft_sampling == "sample" else f", draft_sampling={self.draft_sampling!r}"
-        return f"DraftModelProposer(k={self.k}, layers={self.model.config.num_hidden_layers}{vocab}{mode})"
+        return with_sizing(self, f"DraftModelProposer(k={self.k}, layers={self.model.config.num_hidden_layers}{vocab}{mode})")
 
 
 class BatchedDraftModelProposer(BatchProposer):

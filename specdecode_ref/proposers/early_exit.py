@@ -32,7 +32,7 @@ from .. import decoder, kv
 from ..decoder import run_layers
 from ..masks import causal_mask
 from ..ragged_cache import RaggedCache
-from .base import DecodeState, Draft, Proposer, StepOutcome, resolve_draft_sampling
+from .base import DecodeState, Draft, Proposer, StepOutcome, resolve_draft_sampling, with_sizing
 from .draft_model import BatchedDraftModelProposer
 from .drafting import draft_chain
 from .shipped import (WEIGHTS_DIR, load_weights, require_embedded, require_file, require_same_target, save_weights,
@@ -207,8 +207,8 @@ class EarlyExitProposer(Proposer):
         return BatchedEarlyExitProposer(self)
 
     def __repr__(self) -> str:
-        return (f"EarlyExitProposer(k={self.k}, exit_layer={self.L}, reuse_kv={self.reuse_kv}, "
-                f"draft_vocab={self.head.size})")
+        return with_sizing(self, (f"EarlyExitProposer(k={self.k}, exit_layer={self.L}, reuse_kv={self.reuse_kv}, "
+                f"draft_vocab={self.head.size})"))
 
 
 def layer_at(layer: torch.nn.Module, layer_idx: int) -> torch.nn.Module:

@@ -71,7 +71,7 @@ from pathlib import Path
 import torch
 
 from .. import trees
-from .base import DecodeState, Draft, Proposer, StepOutcome, resolve_draft_sampling
+from .base import DecodeState, Draft, Proposer, StepOutcome, resolve_draft_sampling, with_sizing
 from .drafting import choose_tokens
 from .shipped import (WEIGHTS_DIR, decoded_metadata, load_weights, require_embedded, require_file, require_same_target, save_weights,
                       shipped_vocab, weights_metadata)
@@ -355,7 +355,7 @@ class MedusaProposer(Proposer):
 
     def __repr__(self) -> str:
         mode = "chain" if self.tree is None else f"tree of {len(self.tree.choices)} nodes"
-        return f"MedusaProposer(k={self.k}, heads={self.num_heads}, {mode}, draft_vocab={self.head.size})"
+        return with_sizing(self, f"MedusaProposer(k={self.k}, heads={self.num_heads}, {mode}, draft_vocab={self.head.size})")
 
 
 class HydraProposer(MedusaProposer):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import DecodeState, Draft, Proposer
+from .base import DecodeState, Draft, Proposer, with_sizing
 
 
 class NgramProposer(Proposer):
@@ -91,5 +91,5 @@ class NgramProposer(Proposer):
         extra = "" if self.k_per_matched_token is None else f", k_per_matched_token={self.k_per_matched_token}"
         if not self.extend_periodically:
             extra += ", extend_periodically=False"
-        return (f"NgramProposer(k={self.k}, min_n={self.min_n}, max_n={self.max_n}, "
-                f"occurrence={self.occurrence!r}{extra})")
+        return with_sizing(self, f"NgramProposer(k={self.k}, min_n={self.min_n}, max_n={self.max_n}, "
+                                 f"occurrence={self.occurrence!r}{extra})")

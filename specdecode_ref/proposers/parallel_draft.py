@@ -47,7 +47,7 @@ from pathlib import Path
 import torch
 
 from .. import decoder, kv, trees
-from .base import Draft, Proposer, DecodeState, StepOutcome, resolve_draft_sampling
+from .base import Draft, Proposer, DecodeState, StepOutcome, resolve_draft_sampling, with_sizing
 from .draft_model import BatchedDraftModelProposer, check_same_vocabulary, fit_logits, load_draft_model, vocab_size_of
 from .drafting import choose_tokens
 from .shipped import decoded_metadata, WEIGHTS_DIR, load_weights, require_embedded, require_file, save_weights, weights_metadata
@@ -276,8 +276,8 @@ class ParallelDraftProposer(Proposer):
     def __repr__(self) -> str:
         mode = "chain" if self.tree is None else f"tree of {len(self.tree.choices)} nodes"
         vocab = "" if self.head is None else f", draft_vocab={self.head.size}"
-        return (f"ParallelDraftProposer(k={self.k}, {mode}, masks={self.max_positions - 1}, "
-                f"layers={self.model.config.num_hidden_layers}{vocab})")
+        return with_sizing(self, (f"ParallelDraftProposer(k={self.k}, {mode}, masks={self.max_positions - 1}, "
+                f"layers={self.model.config.num_hidden_layers}{vocab})"))
 
 
 class BatchedParallelDraftProposer(BatchedDraftModelProposer):

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import BatchProposer, DecodeState, Draft, Proposer, StepOutcome
+from .base import BatchProposer, DecodeState, Draft, Proposer, StepOutcome, with_sizing
 from .suffix_tree import SuffixCache
 
 
@@ -114,9 +114,9 @@ class SuffixProposer(Proposer):
         return SuffixBatchProposer(self)
 
     def __repr__(self) -> str:
-        return (f"SuffixProposer(k={self.k}, max_tree_depth={self.max_tree_depth}, "
+        return with_sizing(self, (f"SuffixProposer(k={self.k}, max_tree_depth={self.max_tree_depth}, "
                 f"max_cached_requests={self.cache.max_cached_requests}, max_spec_factor={self.max_spec_factor}, "
-                f"min_token_prob={self.min_token_prob})")
+                f"min_token_prob={self.min_token_prob})"))
 
 
 class SuffixBatchProposer(BatchProposer):

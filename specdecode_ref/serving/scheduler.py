@@ -57,7 +57,7 @@ from ..batch import for_row, prompt_list, row_hidden_states, score_and_verify
 from ..proposers.base import Draft, Proposer, StepOutcome
 from ..ragged_cache import COMPACT_FRACTION, RaggedCache, check_compact_fraction
 from ..request import (Request, Verdict, as_int, check_positive_int, check_sampling_and_proposer, check_seed,
-                       clip_draft, eos_token_ids, validate_prompt)
+                       clip_draft, drafting, eos_token_ids, validate_prompt)
 from ..sampling import SamplingParams
 from ..verify import check_verification
 from .blocks import DEFAULT_BLOCK_SIZE, BlockManager
@@ -202,6 +202,7 @@ class Scheduler:
                  compact_fraction: float = COMPACT_FRACTION, verification: str = "token"):
         self.model = model
         self.sampling = check_sampling_and_proposer(model, sampling, proposer)
+        proposer = drafting(proposer)
         # One batch drafter for the whole run, its rows those of the cache (refuses what cannot batch).
         self.drafter = None if proposer is None else proposer.batch_proposer()
         if self.drafter is not None:
