@@ -111,8 +111,7 @@ def _suffix(target, k, draft_sampling=None, **kwargs):
 
 def _router(target, k, policy=None, candidate_kwargs=None):
     # A drafter chosen per request by a policy fitted to this machine's per-prompt timings
-    # (notebook 12; refit with ``python -m specdecode_ref.measure.routing``). Each candidate keeps
-    # its own default k.
+    # (notebook 12; refit with ``python -m specdecode_ref.measure.routing``).
     from .router import PLAIN, RouterPolicy, RouterProposer, shipped_policy
     if k is not None:
         raise ValueError("the router drafts with each candidate's own k: pass no k (set it in candidate_kwargs)")
@@ -123,8 +122,11 @@ def _router(target, k, policy=None, candidate_kwargs=None):
     if not names:
         raise ValueError("policy must list its candidates (a RouterPolicy, or a path to one saved with to_json)")
     extra = candidate_kwargs or {}
-    return RouterProposer({n: None if n == PLAIN else load_proposer(n, target, **extra.get(n, {})) for n in names},
-                          policy)
+    # Each candidate at the fixed size the policy's timings were taken at (measure.routing), not at
+    # the size this machine would choose alone: the policy learned what those drafters do.
+    built = {n: None if n == PLAIN else load_proposer(n, target, **{"k": _REGISTRY[n][1], **extra.get(n, {})})
+             for n in names}
+    return RouterProposer(built, policy)
 
 
 def _bandit(target, k, candidates=("plain", "ngram", "draft", "eagle"), probe_steps: int = 3, candidate_kwargs=None):
@@ -142,8 +144,8 @@ def _bandit(target, k, candidates=("plain", "ngram", "draft", "eagle"), probe_st
 # drafter's measured tau and drafting time per size, data/measured/draft_sizes.json, against this
 # machine's cost curve T(n)). They are what it falls back to when it cannot: no target to time, a
 # target other than the embedded model (the table's acceptances are that model's), keyword
-# arguments that change what the drafter drafts, or SPECDECODE_DRAFT_SIZES=fixed. They are the sizes
-# that machine-sizing chose on the course's 2-core CPU, rounded to the trees' and chains' usual steps.
+# arguments that change what the drafter drafts, or SPECDECODE_DRAFT_SIZES=fixed. They are also the
+# sizes the stored routing tables timed, so the router builds its candidates at them.
 _REGISTRY = {
     "ngram": (_ngram, 8),
     "draft": (_draft, 1),
