@@ -55,7 +55,7 @@ from .analysis import expected_tokens_from_position_rates
 __all__ = ["CostCurve", "as_cost_fn", "machine_cost_curve", "cost_curve_key", "chain_speed", "best_chain",
            "ChainRow", "ChainChoice", "SizedTree", "TreeRow", "TreeChoice", "rate_table", "tree_tau",
            "optimal_tree", "greedy_tree", "best_tree", "per_level_draft_cost", "per_step_draft_cost", "choose",
-           "choose_per_batch", "DraftSize", "SizeRow", "stored_draft_sizes", "size_for", "machine_draft_size"]
+           "choose_per_batch", "DraftSize", "SizeRow", "stored_draft_sizes", "size_for", "machine_draft_size", "MIN_GAIN"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -636,6 +636,10 @@ def choose_per_batch(kind: str, rates, batch_cost: Callable[[int, int], float], 
 # The size load_proposer drafts with: each shipped drafter's measured table and this machine.
 # --------------------------------------------------------------------------------------------
 
+#: A draft must be predicted at least this much faster than plain decoding, or the drafter stands
+#: aside: a smaller predicted gain is within the model's error on unseen prompts (a few per cent),
+#: and standing aside cannot be slower than plain decoding.
+MIN_GAIN = 0.02
 SIZING_NS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 20, 24, 32)  # up to 16 drafts, and batches
 DRAFT_SIZES = Path(__file__).resolve().parent / "data" / "measured" / "draft_sizes.json"
 
@@ -643,7 +647,7 @@ DRAFT_SIZES = Path(__file__).resolve().parent / "data" / "measured" / "draft_siz
 class SizeRow(NamedTuple):
     size: int  # k of a chain or lookup, node budget of a tree
     tau: float  # tokens per decode step (measured)
-    step_s: float  # predicted seconds per decode step on this machine
+    step_s: float  # predicted seconds per decode step on this machine (of the whole batch when B > 1)
     tokens_per_s: float
 
 
@@ -652,8 +656,8 @@ class DraftSize:
     """The size chosen for one drafter on one machine, and the prediction behind it.
 
     size: the k (chain, lookup) or node budget (tree) with the highest predicted tokens per
-    second; 0 when plain decoding is predicted faster than every size (the drafter then stands
-    aside and drafts nothing). table: a :class:`SizeRow` per measured size. t1_s: T(1) here.
+    second; 0 when no size is predicted at least ``MIN_GAIN`` faster than plain decoding (the
+    drafter then stands aside and drafts nothing). table: a :class:`SizeRow` per measured size. t1_s: T(1) here.
     """
 
     name: str
@@ -678,8 +682,8 @@ class DraftSize:
         """One line: what was chosen, the predicted speed against plain decoding, and on what curve."""
         best = self.best_row
         if self.size == 0:
-            return (f"drafts nothing: plain decoding is predicted faster here than every size "
-                    f"(best k = {best.size} at {best.tokens_per_s / self.plain_tokens_per_s:.2f}x, "
+            return (f"drafts nothing: no size is predicted {MIN_GAIN:.0%} faster than plain decoding here "
+                    f"(best size {best.size} at {best.tokens_per_s / self.plain_tokens_per_s:.2f}x, "
                     f"T(1) = {self.t1_s * 1e3:.1f} ms)")
         batch = f" at batch size {self.batch_size}" if self.batch_size > 1 else ""
         return (f"k = {self.size} chosen for this machine{batch}: predicted {self.speedup:.2f}x plain decoding "
@@ -697,20 +701,39 @@ def stored_draft_sizes(path=None) -> dict:
         raise FileNotFoundError(f"{p} is missing: run `python -m specdecode_ref.measure.draft_sizes`") from None
 
 
+def _expected_widest(widths: dict, b: int) -> float:
+    """E[the widest of b rows' verifies], each row's width drawn from ``widths`` ({n: share}): a
+    batch pads every row to its longest draft, so a step of b rows scores b times that many."""
+    ns = sorted(widths)
+    cdf = np.cumsum([widths[n] for n in ns])
+    cdf = cdf / cdf[-1]
+    below = np.concatenate([[0.0], cdf[:-1]])
+    return float(sum(n * (c ** b - p ** b) for n, c, p in zip(ns, cdf, below)))
+
+
 def size_for(name: str, curve, table: dict | None = None, batch_size: int = 1) -> DraftSize:
     """Predict every measured size of drafter ``name`` on ``curve`` (this machine's T(n)) and keep
-    the fastest, or 0 (stand aside) when none beats plain decoding.
+    the fastest, or 0 (stand aside) when none is predicted at least ``MIN_GAIN`` faster than plain
+    decoding.
 
     A size's step: sum_n w_n T(n) over the widths its verify scores (w_n: share of steps), plus the
-    drafter's and the engine's measured seconds per step scaled by T(1) here / T(1) of the run
-    that measured them. Plain decoding: 1 / (T(1) + the engine's seconds per plain step, scaled
-    alike). Ties go to the smaller size.
+    drafter's and the engine's measured seconds per step, scaled by the ratio of the two machines'
+    one-token forwards on their cost curves (``meta.curve_t1_s`` of the measuring machine; its
+    in-engine T(1) for tables without it). Plain decoding: 1 / (T(1) + the engine's seconds per
+    plain step, scaled alike). Ties go to the smaller size.
 
-    batch_size B > 1: a step of B requests feeds B times the rows through every weight matrix, so
-    its forward is taken as T(B n) on the one-request curve (attention, which grows with each
-    row's own context, aside), and the drafter's and the engine's time as B times one request's;
-    tokens per second are per request. The larger B, the steeper the curve a draft meets, and the
-    smaller the size that pays.
+    What the scaling assumes: the drafter's and the engine's time keep their ratio to the target's
+    forward. That holds between CPUs of one kind; on a GPU the engine's Python time does not shrink
+    with the forward, so measure the table there (``python -m specdecode_ref.measure.draft_sizes``).
+    The table's acceptance is greedy decoding's, in the dtype it was measured in.
+
+    batch_size B > 1: a step of B requests feeds B times the rows through every weight matrix, the
+    rows padded to the longest draft of the batch, so its forward is taken as T(B E[max width]) on
+    the one-request curve (attention, which grows with each row's own context, aside), and the
+    drafter's and the engine's time as B times one request's (an overcharge for a drafter that
+    shares one forward across rows). tokens_per_s is then the batch's, B tau per step; the choice
+    and the speedup over plain decoding are the same per request. The larger B, the steeper the
+    curve a draft meets, and the smaller the size that pays.
     """
     table = stored_draft_sizes() if table is None else table
     drafters = table.get("drafters", {})
@@ -722,21 +745,21 @@ def size_for(name: str, curve, table: dict | None = None, batch_size: int = 1) -
     meta = table["meta"]
     cost = as_cost_fn(curve)
     t1 = cost(1)
-    scale = t1 / _finite_positive(meta["t1_s"], "the table's t1_s")
-    plain = 1.0 / (cost(b) / b + scale * float(meta.get("plain_overhead_s", 0.0)))
+    scale = t1 / _finite_positive(meta.get("curve_t1_s", meta["t1_s"]), "the table's T(1)")
+    plain = b / (cost(b) + b * scale * float(meta.get("plain_overhead_s", 0.0)))
     rows = []
     for s, e in sorted(drafters[name]["sizes"].items(), key=lambda kv: int(kv[0])):
         widths = {int(n): float(w) for n, w in e["widths"].items()}
         if b == 1:
             forward = sum(w * cost(n) for n, w in widths.items())
         else:
-            forward = cost(b * sum(w * n for n, w in widths.items())) / b
-        step = forward + scale * (float(e["draft_s"]) + float(e["overhead_s"]))
-        rows.append(SizeRow(int(s), float(e["tau"]), step, float(e["tau"]) / step))
+            forward = cost(b * _expected_widest(widths, b))
+        step = forward + b * scale * (float(e["draft_s"]) + float(e["overhead_s"]))
+        rows.append(SizeRow(int(s), float(e["tau"]), step, b * float(e["tau"]) / step))
     if not rows:
         raise ValueError(f"the table holds no sizes for {name!r}")
     best = max(rows, key=lambda r: (r.tokens_per_s, -r.size))
-    size = best.size if best.tokens_per_s > plain else 0
+    size = best.size if best.tokens_per_s > (1 + MIN_GAIN) * plain else 0
     return DraftSize(name, size, best.tokens_per_s if size else plain, plain, tuple(rows), t1,
                      getattr(curve, "machine", ""), b)
 

@@ -490,7 +490,7 @@ def test_size_for_that_never_stands_aside_is_caught():
 def test_size_for_rejects_what_it_cannot_predict():
     with pytest.raises(ValueError, match="no measured sizes"):
         sizing.size_for("nope", FLAT, _table())
-    with pytest.raises(ValueError, match="t1_s"):
+    with pytest.raises(ValueError, match="T\\(1\\)"):
         sizing.size_for("tree", FLAT, _table(t1_run=0.0))
 
 
@@ -523,3 +523,26 @@ def test_size_that_ignores_the_batch_is_caught():
         return sizing.size_for(name, curve, table)
 
     assert _fails(check_size_shrinks_with_batch, one_request)
+
+
+def check_margin(size_for):
+    """A size predicted less than MIN_GAIN faster than plain decoding is not drafted."""
+    t = _table()
+    chain = t["drafters"]["chain"]["sizes"]
+    gain = 1 + sizing.MIN_GAIN / 2  # predicted half the margin faster than plain, at k = 1 on the flat curve
+    chain["1"] = {"tau": gain * 1.2, "widths": {"2": 1.0}, "draft_s": 0.2 * T1, "overhead_s": 0.0}
+    for k in range(2, 9):
+        chain[str(k)]["tau"] = 1.0
+    choice = size_for("chain", FLAT, t)
+    assert choice.best_row.size == 1 and choice.best_row.tokens_per_s > choice.plain_tokens_per_s
+    assert choice.size == 0, "a gain inside the margin must stand aside"
+
+
+def test_margin():
+    check_margin(sizing.size_for)
+
+
+def test_size_for_without_margin_is_caught(monkeypatch):
+    monkeypatch.setattr(sizing, "MIN_GAIN", 0.0)  # planted twin: any predicted gain drafts
+    real = sizing.size_for
+    assert _fails(check_margin, lambda *a, **k: real(*a, **k))

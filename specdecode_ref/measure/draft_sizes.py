@@ -21,8 +21,12 @@ Per drafter and size s, the table keeps
 How the sizes are covered:
 * chains (draft model, early exit, EAGLE's chain, the heads' chains) run once at their longest
   size: a chain drafted greedily at k' < k is the first k' tokens of the k-token draft, so the
-  per-position survivals of that run give tau at every shorter k exactly in expectation
-  (``serving.advisor.AcceptanceProfile``), and the drafter's time is charged per drafted token;
+  per-position survivals of that run give tau at every shorter k (``serving.advisor.AcceptanceProfile``).
+  That is exact when acceptance does not depend on where a step starts; at k' a step that keeps all
+  k' drafts starts the next one inside a run of agreements, which the k-run's steps never do, so
+  regular runs make the estimate a little high and bursty ones a little low (the held-out check
+  times the chosen sizes themselves). The drafter's time is charged per drafted token, with no
+  fixed part per step, which undercharges a short chain a little;
 * a parallel drafter (PARD) drafts every position in one forward: its time is charged per drafting
   step, whatever k;
 * lookups (n-gram, suffix) run at their longest size; a shorter one drafts min(L, k) of the same
@@ -82,7 +86,7 @@ def derived_sizes(stats, sizes: Sequence[int], parallel: bool = False) -> dict:
 
     profile = AcceptanceProfile.from_stats(stats)
     f = profile.drafting_share
-    draft_step, overhead = _per_step(stats)
+    overhead = _per_step(stats)[1]
     per_token = stats.draft_time_s / max(stats.drafted, 1)
     per_drafting_step = stats.draft_time_s / max(stats.drafting_steps, 1)
     out = {}
@@ -94,7 +98,6 @@ def derived_sizes(stats, sizes: Sequence[int], parallel: bool = False) -> dict:
         mean_len = float((lengths * weights).sum())
         draft_s = f * per_drafting_step if parallel else f * mean_len * per_token
         out[str(s)] = _entry(profile.tokens_per_decode_step(s), widths, draft_s, overhead)
-    del draft_step
     return out
 
 
@@ -118,6 +121,7 @@ def measure(model, tokenizer, per_category: int = 1, max_new_tokens: int = 48, r
     from ..metrics import merge_stats
     from ..models import chat_ids
     from ..proposers import load_proposer
+    from ..sizing import SIZING_NS, machine_cost_curve
     from .claims import machine_line
     from .compare import run_interleaved
     from .timing import sample_load
@@ -149,7 +153,9 @@ def measure(model, tokenizer, per_category: int = 1, max_new_tokens: int = 48, r
         drafters[name] = {"kind": "tree", "sizes": {str(b): measured_size(stats[f"{name}@{b}"]) for b in TREE_BUDGETS}}
     return {"meta": {"machine": machine_line(model), "split": "benchmark", "per_category": per_category,
                      "prompts": list(prompts), "max_new_tokens": max_new_tokens,
-                     **protocol.record(load, t1, repeats), "plain_overhead_s": _per_step(plain)[1]},
+                     **protocol.record(load, t1, repeats), "plain_overhead_s": _per_step(plain)[1],
+                     # this machine's T(1) on its sizing curve: the reference another machine's curve is scaled by
+                     "curve_t1_s": machine_cost_curve(model, ns=SIZING_NS).cost(1)},
             "drafters": drafters}
 
 
@@ -280,6 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="check: held-out prompts, or the benchmark prompts after the ones the table measured")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--names", default=None,
+                    help="check: only these drafters (comma-separated); their rows replace those in the stored check")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     start_timed_cli()
@@ -295,8 +303,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             used = load_table()["meta"]["per_category"]
             workloads = {c: items[used:used + args.per_category]
                          for c, items in load_workloads(per_category=used + args.per_category).items()}
-        result = check(model, tok, workloads, args.split, max_new_tokens=args.max_new_tokens, repeats=args.repeats)
+        names = None if args.names is None else [n.strip() for n in args.names.split(",") if n.strip()]
+        result = check(model, tok, workloads, args.split, max_new_tokens=args.max_new_tokens, repeats=args.repeats,
+                       names=names)
         out = Path(args.out or TABLE.with_name(f"draft_sizes_check_{args.split}.json"))
+        if names and out.exists():  # re-timed drafters replace their rows; the run that timed them is recorded
+            stored = json.loads(out.read_text())
+            stored["methods"] = {m: r for m, r in stored["methods"].items() if m.split("@")[0] not in names}
+            stored["methods"].update(result["methods"])
+            stored.setdefault("retimed", []).append({"drafters": names, **result["meta"]})
+            result = stored
         for m, r in result["methods"].items():
             pred = "  n/a" if r["predicted"] is None else f"{r['predicted']:.2f}"
             err = "" if r["error"] is None else f"{r['error']:+.1%}"

@@ -135,8 +135,11 @@ def _bandit(target, k, candidates=("plain", "ngram", "draft", "eagle"), probe_st
     if k is not None:
         raise ValueError("the bandit drafts with each candidate's own k: pass no k (set it in candidate_kwargs)")
     extra = candidate_kwargs or {}
-    return BanditRouter({n: None if n == PLAIN else load_proposer(n, target, **extra.get(n, {})) for n in candidates},
-                        probe_steps=probe_steps)
+    # Each candidate drafts at its fixed size: a candidate sized for this machine could stand aside,
+    # and the bandit would then probe plain decoding twice.
+    built = {n: None if n == PLAIN else load_proposer(n, target, **{"k": _REGISTRY[n][1], **extra.get(n, {})})
+             for n in candidates}
+    return BanditRouter(built, probe_steps=probe_steps)
 
 
 # name -> (builder(target, k, **kwargs), fixed k). load_proposer(name, model) does not draft with
@@ -166,8 +169,9 @@ _REGISTRY = {
 }
 
 
-#: keyword arguments that leave a drafter's greedy acceptance as the size table measured it
-_SIZING_NEUTRAL = frozenset({"draft_sampling"})
+#: keyword arguments that leave a drafter as the size table measured it (greedy drafting: a sampled
+#: draft accepts less, so draft_sampling="sample" is not among them)
+_SIZING_NEUTRAL = frozenset()
 _SAID = set()  # (name, size) pairs whose choice has been logged in this process
 
 
@@ -239,7 +243,8 @@ def load_proposer(name: str, target=None, k: int | None = None, batch_size: int 
         raise ValueError(f"unknown proposer {name!r}; available: {available_proposers()}")
     builder, fixed_k = _REGISTRY[key]
     if isinstance(k, str):
-        raise ValueError(f"k must be an int >= 1 or None (sized for this machine), got {k!r}")
+        raise ValueError(f"k must be an int >= 1, or None to size the draft for this machine, got {k!r} "
+                         "(serving.advisor.load_fitted sizes a chain from the advisor's stored counters)")
     sizing = _machine_size(key, target, kwargs, batch_size) if k is None and fixed_k is not None else None
     size = (sizing.size or fixed_k) if sizing is not None else fixed_k
     proposer = builder(target, size if k is None else k, **kwargs)

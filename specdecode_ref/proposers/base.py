@@ -226,6 +226,11 @@ class ProposerWrapper(Proposer):
         self.name = proposer.name
 
     @property
+    def drafts_nothing(self) -> bool:
+        """A wrapper around a drafter that stands aside drafts nothing either."""
+        return self.proposer.drafts_nothing
+
+    @property
     def k(self) -> int:
         return self.proposer.k
 

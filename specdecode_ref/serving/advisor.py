@@ -64,7 +64,8 @@ from ..metrics import SpecStats
 from .metrics import ACCEPTED_PER_POS, ACCEPTED_TOKENS, DRAFT_TOKENS, DRAFTS
 from .policies import roofline_cost, surface_cost
 
-__all__ = ["AcceptanceProfile", "Advice", "RunCosts", "PARALLEL_DRAFTERS", "is_parallel", "stored_counters", "advise", "as_step_cost", "predicted_vs_measured", "roofline_cost",
+__all__ = ["AcceptanceProfile", "Advice", "RunCosts", "PARALLEL_DRAFTERS", "is_parallel", "stored_counters", "advise",
+           "advise_on", "as_step_cost", "predicted_vs_measured", "roofline_cost",
            "run_costs", "step_cost"]
 
 
@@ -474,6 +475,17 @@ def run_costs(counters: dict, name: str, reference: str = "plain") -> RunCosts:
                     c["draft_time_s"] / max(c["spec_decode_num_draft_tokens"], 1), overhead(c), overhead(base))
 
 
+def advise_on(rc: RunCosts, cost, ks: Sequence[int] = range(1, 9)) -> "Advice":
+    """:func:`advise` for a stored run's drafter on another cost curve: its acceptance as counted,
+    and its drafter's and engine's seconds per step rescaled from the run's one-token forward
+    (``rc.t1``) to this curve's T(1). The one place that rescaling lives (``fitted_k`` and the
+    notebooks use it). cost: a single-request cost curve (dict or function, see :func:`as_step_cost`)."""
+    t1_here = float(as_step_cost(cost)(1, 1))
+    scale = t1_here / rc.t1
+    return advise(rc.profile, cost=cost, draft_cost=rc.draft * scale, ks=ks, overhead=rc.overhead * scale,
+                  plain_overhead=rc.plain_overhead * scale, draft_step_cost=rc.draft_step * scale)
+
+
 def run_cost_curve(cost_curve: dict, t1: float) -> Callable[[int, float], float]:
     """The cost curve's shape at the level of a run: T(n) * t1 / T(1). A standalone curve is timed at
     one context length; the run's own plain steps say what a one-token forward cost on its prompts."""
@@ -564,18 +576,13 @@ def fitted_k(name: str, model, ks: Sequence[int] = range(1, 9), counters: dict |
                          "of a larger one); pass its node budget as k")
     if "plain" in counters:
         rc = run_costs(counters, name)
-        profile = rc.profile
-        rel = (rc.draft / rc.t1, rc.overhead / rc.t1, rc.plain_overhead / rc.t1, rc.draft_step / rc.t1)
     else:  # bare acceptance counters with the run's one-token forward time
         c, t1_run = counters[name], counters["_t1_s"]
-        profile = AcceptanceProfile.from_counters(c)
-        rel = (c["draft_time_s"] / max(c["spec_decode_num_draft_tokens"], 1) / t1_run, 0.0, 0.0, 0.0)
+        rc = RunCosts(AcceptanceProfile.from_counters(c), t1_run,
+                      c["draft_time_s"] / max(c["spec_decode_num_draft_tokens"], 1), 0.0, 0.0)
     if is_parallel(name):  # one forward drafts at most the positions it was trained for
-        ks = [k for k in ks if k <= profile.k] or [1]
-    curve = machine_cost_curve(model, max_n=max(ks) + 1)
-    t1_here = curve["times_s"][0]
-    advice = advise(profile, cost=curve, draft_cost=rel[0] * t1_here, ks=ks, overhead=rel[1] * t1_here,
-                    plain_overhead=rel[2] * t1_here, draft_step_cost=rel[3] * t1_here)
+        ks = [k for k in ks if k <= rc.profile.k] or [1]
+    advice = advise_on(rc, machine_cost_curve(model, max_n=max(ks) + 1), ks)
     return advice.best_k(1), advice
 
 

@@ -120,3 +120,11 @@ def test_every_tree_size_the_table_can_choose_is_exact(embedded, name):
         out = generate(model, ids, proposer=load_proposer(name, model, k=size), max_new_tokens=20, stop_on_eos=False)
         assert out.tokens.tolist() == plain, f"{name} at {size} nodes"
     assert torch.is_tensor(ids)
+
+
+def test_a_wrapper_around_a_drafter_standing_aside_stands_aside(embedded, chosen):
+    from specdecode_ref.proposers.adaptive import HeuristicK
+
+    chosen["eagle"] = 0
+    wrapped = HeuristicK(load_proposer("eagle", embedded[0]))
+    assert wrapped.drafts_nothing, "a wrapper must forward drafts_nothing, or it drafts empty steps the long way"

@@ -185,11 +185,11 @@ def test_prediction_matches_a_run_whose_forwards_follow_the_curve():
 
 def test_fitted_k_reads_this_machines_curve_once(tiny_model, tmp_path, monkeypatch):
     monkeypatch.setenv("SPECDECODE_CACHE", str(tmp_path))
-    from specdecode_ref.measure import bench
+    from specdecode_ref.measure import timing
 
     calls = []
-    real = bench.measure_cost_curve
-    monkeypatch.setattr(bench, "measure_cost_curve", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    real = timing.measure_cost_curve
+    monkeypatch.setattr(timing, "measure_cost_curve", lambda *a, **kw: calls.append(1) or real(*a, **kw))
     good = vllm_counters(iid_stats(0.9, 6, 3000, seed=3))
     bad = vllm_counters(iid_stats(0.1, 6, 3000, seed=4))
     counters = {"_t1_s": 1.0,
