@@ -239,9 +239,11 @@ def load_check(split: str = "heldout") -> dict:
 
 
 def _size_words(name: str, size: int) -> str:
+    from .claims import plural
+
     if size == 0:
         return "standing aside (drafting nothing)"
-    return f"{size} {'nodes' if name in TREES else 'tokens per step'}"
+    return "at " + (plural(size, "node") if name in TREES else f"{plural(size, 'token')} per step")
 
 
 def describe_check(check: dict, name: str) -> str:
@@ -256,16 +258,22 @@ def describe_check(check: dict, name: str) -> str:
         raise KeyError(f"the check holds no {name!r}; it has {sorted(rows)}")
     r = rows[name]
     d = r["decode"]
-    text = (f"`{name}` at {_size_words(name, r['size'])} ran at {times(d[0])} plain decoding's decode speed "
+    text = (f"`{name}` {_size_words(name, r['size'])} ran at {times(d[0])} plain decoding's decode speed "
             f"(95 % interval {num(d[1])}–{num(d[2])}×; predicted {times(r['predicted'])})")
     fixed = next((m for m in rows if m.startswith(f"{name}@")), None)
     if fixed is None:
         return text + "."
     f, (ratio, lo, hi) = rows[fixed], rows[fixed]["chosen_over_fixed"]
     word = {"better": "faster than", "worse": "slower than", "level": "level with"}[verdict_of(lo, hi)]
-    return (text + f", against {times(f['decode'][0])} ({num(f['decode'][1])}–{num(f['decode'][2])}×) at the old fixed "
-            f"{_size_words(name, f['size'])}: the chosen size is {word} the fixed one, {times(ratio)} "
-            f"(95 % interval {num(lo)}–{num(hi)}×, paired by prompt).")
+    chosen = "the chosen size" if r["size"] else "standing aside"
+    return (text + f", against {times(f['decode'][0])} ({num(f['decode'][1])}–{num(f['decode'][2])}×) "
+            f"{_size_words(name, f['size'])}, the old fixed size: {chosen} is {word} it, {times(ratio)} "
+            f"(95 % interval {_bound(lo)}–{_bound(hi)}×, paired by prompt).")
+
+
+def _bound(x: float) -> str:
+    """An interval bound, with a third decimal where two would round it to 1.00 and hide its side."""
+    return f"{x:.3f}" if round(x, 2) == 1.0 else f"{x:.2f}"
 
 
 def load_table(path=None) -> dict:

@@ -354,7 +354,8 @@ class MedusaProposer(Proposer):
         self._feature = outcome.hidden_states[-1][-1]
 
     def __repr__(self) -> str:
-        mode = "chain" if self.tree is None else f"tree of {len(self.tree.choices)} nodes"
+        n = None if self.tree is None else len(self.tree.choices)
+        mode = "chain" if n is None else f"tree of {n} node{'' if n == 1 else 's'}"
         return with_sizing(self, f"MedusaProposer(k={self.k}, heads={self.num_heads}, {mode}, draft_vocab={self.head.size})")
 
 
