@@ -153,7 +153,7 @@ def check_sampling_and_proposer(model, sampling, proposer) -> SamplingParams:
 
 def drafting(proposer: Proposer | None) -> Proposer | None:
     """The proposer a path drafts with: None (plain decoding) also for a proposer that declares it
-    drafts nothing (``load_proposer``'s ``StandAside``, where plain decoding is predicted faster),
+    drafts nothing (``load_proposer``'s ``StandAside``, where no draft is predicted to pay),
     so that standing aside costs exactly what plain decoding costs."""
     return None if proposer is None or proposer.drafts_nothing else proposer
 

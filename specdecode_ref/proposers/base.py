@@ -186,8 +186,8 @@ def with_sizing(proposer, text: str) -> str:
 
 
 class StandAside(Proposer):
-    """What ``load_proposer`` returns when plain decoding is predicted faster on this machine than
-    every draft size of a drafter: it drafts nothing (``generate``, ``generate_batch`` and the
+    """What ``load_proposer`` returns when no draft size of a drafter is predicted at least
+    ``sizing.MIN_GAIN`` faster than plain decoding on this machine: it drafts nothing (``generate``, ``generate_batch`` and the
     scheduler decode plainly when given it), and says why (``sizing``). The drafter it stands in
     for is built and kept (``drafter``): pass an explicit k to ``load_proposer`` to draft with it."""
 
