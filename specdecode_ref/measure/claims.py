@@ -25,7 +25,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["say", "num", "pct", "times", "ms", "Comparison", "MIN_PAIRS", "compare_paired", "close_to",
+__all__ = ["say", "num", "pct", "times", "ms", "Comparison", "MIN_PAIRS", "compare_paired", "interval_bounds", "close_to",
            "best_of", "machine_line", "cpu_has_native_bf16", "cpu_name", "join_words", "plural"]
 
 
@@ -138,14 +138,19 @@ class Comparison:
     def interval(self) -> str:
         if self.n < MIN_PAIRS:
             return f"{plural(self.n, 'pair')}: too few for an interval"
-        # a bound that rounds to 1.00 gets a third decimal, so "1.00" never hides which side of 1 it lies on
-        f = ".3f" if 1.0 in (round(self.lo, 2), round(self.hi, 2)) else ".2f"
-        return f"{self.confidence:.0%} interval {self.lo:{f}}–{self.hi:{f}}×"
+        return f"{self.confidence:.0%} interval {interval_bounds(self.lo, self.hi)}×"
 
     def __str__(self) -> str:
         if self.n < MIN_PAIRS:
             return f"{self.ratio:.2f}× ({plural(self.n, self.unit)}, too few for an interval)"
         return f"{self.ratio:.2f}× ({self.interval}, {plural(self.n, self.unit)})"
+
+
+def interval_bounds(lo: float, hi: float) -> str:
+    """"lo–hi" of a ratio's interval; when a bound rounds to 1.00 both get a third decimal, so "1.00"
+    never hides which side of 1 it lies on."""
+    f = ".3f" if 1.0 in (round(lo, 2), round(hi, 2)) else ".2f"
+    return f"{lo:{f}}–{hi:{f}}"
 
 
 def compare_paired(a: Sequence[float], b: Sequence[float], higher_is_better: bool = True,

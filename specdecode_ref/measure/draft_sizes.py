@@ -71,6 +71,11 @@ def _entry(tau: float, widths: dict, draft_s: float, overhead_s: float) -> dict:
             "draft_s": float(draft_s), "overhead_s": float(overhead_s)}
 
 
+def _decode_t1(stats) -> float:
+    """Plain decoding's seconds per decode step in a run (its T(1), prefill left out)."""
+    return (stats.target_time_s - stats.prefill_time_s) / stats.steps
+
+
 def _per_step(stats) -> tuple:
     """(drafter seconds, engine seconds outside target and drafter) per decode step of pooled stats."""
     steps = max(stats.steps, 1)
@@ -142,7 +147,7 @@ def measure(model, tokenizer, per_category: int = 1, max_new_tokens: int = 48, r
             pooled[m].extend(r.stats for r in rs)
     stats = {m: merge_stats(v) for m, v in pooled.items()}
     plain = stats["plain"]
-    t1 = (plain.target_time_s - plain.prefill_time_s) / plain.steps
+    t1 = _decode_t1(plain)
     drafters = {}
     for name, k in {**CHAINS, **PARALLEL}.items():
         drafters[name] = {"kind": "chain", "sizes": derived_sizes(stats[f"{name}@{k}"], range(1, k + 1),
@@ -159,12 +164,6 @@ def measure(model, tokenizer, per_category: int = 1, max_new_tokens: int = 48, r
             "drafters": drafters}
 
 
-#: the sizes load_proposer drafted with before it sized drafts for the machine
-FIXED_SIZES = {"ngram": 8, "draft": 1, "draft-fullvocab": 1, "early-exit": 1, "medusa": 8, "medusa-chain": 3,
-               "hydra": 8, "hydra-chain": 3, "pard": 2, "pard-tree": 8, "eagle": 2, "eagle-tree": 16, "eagle3": 2,
-               "suffix": 24}
-
-
 def check(model, tokenizer, workloads: dict, split: str, max_new_tokens: int = 48, repeats: int = 2,
           names: Sequence[str] | None = None, progress: bool = True) -> dict:
     """Time every drafter at the size ``load_proposer`` chooses here, and at its old fixed size
@@ -177,7 +176,7 @@ def check(model, tokenizer, workloads: dict, split: str, max_new_tokens: int = 4
     measured / predicted - 1 (its sign says which way the model errs); for an old fixed size,
     ``chosen_over_fixed``: the chosen size's decode speed over it, paired by prompt, with its interval.
     """
-    from ..proposers import StandAside, load_proposer
+    from ..proposers import StandAside, default_k, load_proposer
     from ..sizing import machine_draft_size, stored_draft_sizes
     from . import bench
     from .claims import machine_line
@@ -195,7 +194,7 @@ def check(model, tokenizer, workloads: dict, split: str, max_new_tokens: int = 4
         size = 0 if isinstance(p, StandAside) else p.k
         methods.append(name)
         predicted[name], sizes[name] = choice.speedup, size
-        old = FIXED_SIZES.get(name)
+        old = default_k(name)  # the fixed size load_proposer drafted with before it sized drafts
         if old is not None and old != size:
             row = next((r for r in choice.table if r.size == old), None)
             methods.append(f"{name}@{old}")
@@ -223,7 +222,7 @@ def check(model, tokenizer, workloads: dict, split: str, max_new_tokens: int = 4
             r = pair[(pair.category == OVERALL) & (pair.method == name)].iloc[0]
             out[m]["chosen_over_fixed"] = [float(r.speedup), float(r.speedup_lo), float(r.speedup_hi)]
     plain = merge_stats(df[df.method == "plain"].stats)
-    t1 = (plain.target_time_s - plain.prefill_time_s) / plain.steps
+    t1 = _decode_t1(plain)
     return {"meta": {"machine": machine_line(model), "split": split, "prompts": int(df.prompt_id.nunique()),
                      "max_new_tokens": max_new_tokens, **protocol.record(load, t1, repeats),
                      "intervals": "paired bootstrap over prompts, stratified by category"},
@@ -251,7 +250,7 @@ def describe_check(check: dict, name: str) -> str:
     size chosen there, with interval, beside its prediction; and, when the old fixed size differs,
     that size's speed and the chosen size's speed over it, paired by prompt, with the word its
     interval supports."""
-    from .claims import num, times, verdict_of
+    from .claims import interval_bounds, times, verdict_of
 
     rows = check["methods"]
     if name not in rows:
@@ -259,21 +258,16 @@ def describe_check(check: dict, name: str) -> str:
     r = rows[name]
     d = r["decode"]
     text = (f"`{name}` {_size_words(name, r['size'])} ran at {times(d[0])} plain decoding's decode speed "
-            f"(95 % interval {num(d[1])}–{num(d[2])}×; predicted {times(r['predicted'])})")
+            f"(95 % interval {interval_bounds(d[1], d[2])}×; predicted {times(r['predicted'])})")
     fixed = next((m for m in rows if m.startswith(f"{name}@")), None)
     if fixed is None:
         return text + "."
     f, (ratio, lo, hi) = rows[fixed], rows[fixed]["chosen_over_fixed"]
     word = {"better": "faster than", "worse": "slower than", "level": "level with"}[verdict_of(lo, hi)]
     chosen = "the chosen size" if r["size"] else "standing aside"
-    return (text + f", against {times(f['decode'][0])} ({num(f['decode'][1])}–{num(f['decode'][2])}×) "
+    return (text + f", against {times(f['decode'][0])} ({interval_bounds(f['decode'][1], f['decode'][2])}×) "
             f"{_size_words(name, f['size'])}, the old fixed size: {chosen} is {word} it, {times(ratio)} "
-            f"(95 % interval {_bound(lo)}–{_bound(hi)}×, paired by prompt).")
-
-
-def _bound(x: float) -> str:
-    """An interval bound, with a third decimal where two would round it to 1.00 and hide its side."""
-    return f"{x:.3f}" if round(x, 2) == 1.0 else f"{x:.2f}"
+            f"(95 % interval {interval_bounds(lo, hi)}×, paired by prompt).")
 
 
 def load_table(path=None) -> dict:

@@ -109,6 +109,14 @@ def _suffix(target, k, draft_sampling=None, **kwargs):
     return SuffixProposer(k=k, **kwargs)
 
 
+def _candidates(names, target, candidate_kwargs, plain: str) -> dict:
+    """{name: proposer} for a chooser's candidates, each at its fixed size unless candidate_kwargs
+    gives one (None for plain decoding)."""
+    extra = candidate_kwargs or {}
+    return {n: None if n == plain else load_proposer(n, target, **{"k": _REGISTRY[n][1], **extra.get(n, {})})
+            for n in names}
+
+
 def _router(target, k, policy=None, candidate_kwargs=None):
     # A drafter chosen per request by a policy fitted to this machine's per-prompt timings
     # (notebook 12; refit with ``python -m specdecode_ref.measure.routing``).
@@ -121,12 +129,9 @@ def _router(target, k, policy=None, candidate_kwargs=None):
     names = getattr(policy, "candidates", None)
     if not names:
         raise ValueError("policy must list its candidates (a RouterPolicy, or a path to one saved with to_json)")
-    extra = candidate_kwargs or {}
     # Each candidate at the fixed size the policy's timings were taken at (measure.routing), not at
     # the size this machine would choose alone: the policy learned what those drafters do.
-    built = {n: None if n == PLAIN else load_proposer(n, target, **{"k": _REGISTRY[n][1], **extra.get(n, {})})
-             for n in names}
-    return RouterProposer(built, policy)
+    return RouterProposer(_candidates(names, target, candidate_kwargs, PLAIN), policy)
 
 
 def _bandit(target, k, candidates=("plain", "ngram", "draft", "eagle"), probe_steps: int = 3, candidate_kwargs=None):
@@ -134,12 +139,9 @@ def _bandit(target, k, candidates=("plain", "ngram", "draft", "eagle"), probe_st
     from .router import PLAIN, BanditRouter
     if k is not None:
         raise ValueError("the bandit drafts with each candidate's own k: pass no k (set it in candidate_kwargs)")
-    extra = candidate_kwargs or {}
     # Each candidate drafts at its fixed size: a candidate sized for this machine could stand aside,
     # and the bandit would then probe plain decoding twice.
-    built = {n: None if n == PLAIN else load_proposer(n, target, **{"k": _REGISTRY[n][1], **extra.get(n, {})})
-             for n in candidates}
-    return BanditRouter(built, probe_steps=probe_steps)
+    return BanditRouter(_candidates(candidates, target, candidate_kwargs, PLAIN), probe_steps=probe_steps)
 
 
 # name -> (builder(target, k, **kwargs), fixed k). load_proposer(name, model) does not draft with
