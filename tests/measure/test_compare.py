@@ -52,7 +52,17 @@ def test_decode_rate_excludes_the_prefill():
     assert decode_speedup(spec, plain) == pytest.approx(2.0)
 
 
-def test_run_interleaved_runs_every_method_on_every_prompt_in_order(tiny_model):
+@pytest.fixture
+def rounds_as_scheduled(monkeypatch):
+    """Switch off the protocol's spike rule: on the tiny model a run takes milliseconds, so two rounds
+    often differ by more than its factor and an extra round would change how many runs a test sees.
+    The rule itself is tested in test_protocol.py and, through run_interleaved, below."""
+    from specdecode_ref.measure import protocol
+
+    monkeypatch.setattr(protocol, "wants_another_round", lambda seconds: False)
+
+
+def test_run_interleaved_runs_every_method_on_every_prompt_in_order(tiny_model, rounds_as_scheduled):
     prompts = [torch.tensor([1, 2, 3, 1, 2]), torch.tensor([7, 8, 9, 7, 8, 9])]
     calls = []
 
@@ -155,7 +165,7 @@ def test_a_repeat_does_not_let_suffix_decoding_draft_its_own_first_answer(tiny_m
     assert again.stats.steps < first.stats.steps  # what the repeats would have measured without the copy
 
 
-def test_repeats_alternate_the_order_of_the_methods(tiny_model):
+def test_repeats_alternate_the_order_of_the_methods(tiny_model, rounds_as_scheduled):
     """Every other repeat runs the methods in reverse, so no method always runs first on a prompt."""
     order = []
 
@@ -171,3 +181,35 @@ def test_repeats_alternate_the_order_of_the_methods(tiny_model):
     run_interleaved(tiny_model, [torch.tensor([1, 2, 3, 1, 2])], {"a": Named("a"), "b": Named("b")},
                     max_new_tokens=4, warmup=0, repeats=3)
     assert order == ["a", "b", "b", "a", "a", "b"]
+
+
+@pytest.mark.parametrize("twin", [None, "never_retime"])
+def test_a_method_whose_rounds_disagree_is_timed_again(tiny_model, monkeypatch, twin):
+    """Protocol rule 3 inside run_interleaved: a method whose rounds disagree gets another round after
+    the scheduled ones, and the run kept is the one kept_index picks. The rule is forced here (the
+    tiny model's timings are too short to spike on purpose). Planted twin: a loop that never re-times."""
+    from specdecode_ref.measure import protocol
+
+    asked = []
+
+    def disagree_once(seconds):
+        asked.append(len(seconds))
+        return twin is None and len(asked) == 1  # method "a" once, after its two scheduled rounds
+
+    monkeypatch.setattr(protocol, "wants_another_round", disagree_once)
+    order = []
+
+    class Named(NgramProposer):
+        def __init__(self, label):
+            super().__init__(k=2)
+            self.label = label
+
+        def begin(self, state):
+            order.append(self.label)
+            super().begin(state)
+
+    res = run_interleaved(tiny_model, [torch.tensor([1, 2, 3, 1, 2])], {"a": Named("a"), "b": Named("b")},
+                          max_new_tokens=4, warmup=0, repeats=2)
+    retimed = order == ["a", "b", "b", "a", "a"]
+    assert retimed == (twin is None), order
+    assert len(res["a"]) == len(res["b"]) == 1
