@@ -252,7 +252,7 @@ def run_benchmark(model, tokenizer, methods=DEFAULT_METHODS, workloads: dict | N
     or more, a method whose rounds disagree is re-timed and the run with the median time is kept
     (``measure.protocol``). warmup: short untimed
     generations per method before its first timed run. k: drafted tokens per step (None = each
-    method's default). reference: the method whose tokens the ``identical`` column compares with.
+    method's default; a dict ``{method: k}`` sets it per method). reference: the method whose tokens the ``identical`` column compares with.
     method_options: ``{method: {option: value}}`` passed to that method (e.g. proposer_kwargs).
 
     Columns: category, prompt_id, method, k, prompt_tokens, tokens, seconds, tokens_per_s, tau,
@@ -283,7 +283,7 @@ def run_benchmark(model, tokenizer, methods=DEFAULT_METHODS, workloads: dict | N
         opts = dict(method_options.get(m, {}))
         if assistant_model is not None:
             opts.setdefault("assistant_model", assistant_model)
-        runners[m] = prepare_method(m, model, k=k, **opts)
+        runners[m] = prepare_method(m, model, k=k.get(m) if isinstance(k, dict) else k, **opts)
     warmed = set()
     rows = []
     bar = tqdm(total=len(prompts) * len(methods), desc="bench", unit="run", disable=not progress,

@@ -3,8 +3,8 @@ and its speed against the best single drafter and the oracle, with intervals.
 
 The data is a table of prompts, each with its router features (``proposers.router``: length,
 self-repetition, the target's pooled hidden state) and the seconds and tokens of every candidate
-on it, timed by ``bench.run_benchmark`` (methods interleaved per prompt, greedy, so every
-candidate emits the same tokens). Two tables: the benchmark prompts, which the router is fitted on,
+on it, timed by ``bench.run_benchmark`` under ``measure.protocol`` (methods interleaved per prompt, two
+rounds, spikes re-timed; greedy, so every candidate emits the same tokens). Two tables: the benchmark prompts, which the router is fitted on,
 and the held-out prompts (``workloads.load_heldout``), which nothing is tuned on and which the
 figures are reported on.
 
@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
 from ..proposers.router import PLAIN, TEXT_FEATURES, RouterPolicy, prompt_features
+from . import protocol
 from .intervals import stratified_indices
 
 #: The candidates a router chooses among: plain decoding and the shipped drafters that a router
@@ -62,18 +62,26 @@ def _workloads(split: str, per_category: int | None):
 
 
 def measure(model, tokenizer, workloads: dict, methods: Sequence[str] = CANDIDATES, max_new_tokens: int = 48,
-            repeats: int = 1, progress: bool = True, split: str = "benchmark") -> dict:
-    """Time every method on every prompt and compute each prompt's router features. Returns the
-    table (see the module docstring) as plain JSON-ready values."""
+            repeats: int = protocol.ROUNDS, progress: bool = True, split: str = "benchmark") -> dict:
+    """Time every method on every prompt under ``measure.protocol`` and compute each prompt's router
+    features. Returns the table (see the module docstring) as plain JSON-ready values.
+
+    Each drafter runs at its fixed size (``proposers.default_k``), the size the router and the bandit
+    draft with, so that a policy fitted on the table chooses among the drafters it will run. A name
+    with ``@K`` (``measure.parallel``) sets the size itself."""
     from ..models import chat_ids
+    from ..proposers import available_proposers, default_k
     from . import bench
     from .claims import machine_line
+    from .timing import check_quiet
 
     methods = list(methods)
     if PLAIN not in methods:
         raise ValueError("plain decoding must be among the methods: speedups are relative to it")
+    fixed = {m: default_k(m) for m in methods if m in available_proposers() and default_k(m) is not None}
+    load = check_quiet(verbose=progress)
     df = bench.run_benchmark(model, tokenizer, methods, workloads, max_new_tokens=max_new_tokens, repeats=repeats,
-                             progress=progress)
+                             progress=progress, k=fixed)
     not_exact = df[(df.identical == False) & (df.method != PLAIN)]  # noqa: E712
     prompts = []
     for cat, items in workloads.items():
@@ -112,7 +120,8 @@ def measure(model, tokenizer, workloads: dict, methods: Sequence[str] = CANDIDAT
                        "draft_length_counts": _length_counts(stats.draft_lengths)}
     curve = bench.measure_cost_curve(model, ns=range(1, 18), context_len=256)
     return {"meta": {"split": split, "methods": methods, "max_new_tokens": int(max_new_tokens), "repeats": repeats,
-                     "machine": machine_line(model), "date": time.strftime("%Y-%m-%d"),
+                     "machine": machine_line(model), **protocol.record(load, protocol.t1_of({"counters": counters}),
+                                                                         repeats),
                      "outputs_differ_from_plain": sorted(set(not_exact.prompt_id)),
                      "counters": counters, "cost_curve": curve},
             "prompts": prompts}
