@@ -55,7 +55,7 @@ lab: setup
 # threads). A worker that finishes a file takes the next one, so neither core idles while the other
 # still has a queue. Notebooks are queued first, being the longest files; a notebook's cells stay
 # in order in one kernel on one worker.
-# The notebooks run small (SPECDECODE_SMALL_RUN=1, see specdecode_ref/measure/run_size.py): the
+# The notebooks run small (SPECDECODE_SMALL_RUN=1, see specdecode_ref/measure/harness/run_size.py): the
 # same cells and exact checks on fewer prompts and tokens, and without their own vLLM start-ups.
 TEST_WORKERS ?= 2
 test: vllm-switch setup $(if $(filter 1,$(VLLM)),vllm-env-if-possible)
@@ -78,7 +78,7 @@ test-fast: setup
 	$(PY) -m pytest tests -m "not embedded"
 
 bench: setup
-	$(PY) -m specdecode_ref.measure.bench
+	$(PY) -m specdecode_ref.measure.harness.bench
 
 # On a machine with a CUDA GPU: the cost curve, the exactness matrix and every notebook (small) there.
 gpu-check: setup

@@ -28,8 +28,8 @@ What is reused: tau of a chain is ``analysis.expected_tokens_from_position_rates
 tree and a tree's expected accepted tokens are ``proposers.medusa.derive_choices`` and
 ``expected_accepted`` (the shipped trees are built with them); trees are Medusa-style "choices"
 (rank paths), turned into a parents array by ``trees.tree_from_choices``; the cost curve is
-measured by ``measure.timing.measure_cost_curve`` and cached under ``cache.cache_dir()``; the
-machine is named by ``measure.claims.cpu_name`` / ``machine_line`` and the backend by
+measured by ``measure.harness.timing.measure_cost_curve`` and cached under ``cache.cache_dir()``; the
+machine is named by ``measure.harness.claims.cpu_name`` / ``machine_line`` and the backend by
 ``backend.backend_of``. Unlike ``analysis.as_verify_cost`` (which makes a curve monotone first),
 :class:`CostCurve` uses the measured times as they are: a curve that dips is shown to the model.
 
@@ -208,7 +208,7 @@ def cost_curve_key(model, ns: Sequence[int]) -> dict:
     import torch
 
     from .backend import backend_of
-    from .measure.claims import cpu_name
+    from .measure.harness.claims import cpu_name
 
     p = next(model.parameters())
     if p.device.type == "cuda":
@@ -222,8 +222,8 @@ def cost_curve_key(model, ns: Sequence[int]) -> dict:
 
 
 def _default_measure(model, ns: Sequence[int]) -> dict:
-    """``measure.timing.measure_cost_curve`` at a quick setting (5 repeats, a 256-token context at most)."""
-    from .measure.timing import measure_cost_curve
+    """``measure.harness.timing.measure_cost_curve`` at a quick setting (5 repeats, a 256-token context at most)."""
+    from .measure.harness.timing import measure_cost_curve
 
     window = getattr(model.config, "max_position_embeddings", None) or 4096
     return measure_cost_curve(model, ns=ns, context_len=max(1, min(256, window - max(ns))), repeats=5)
@@ -251,7 +251,7 @@ def machine_cost_curve(model, ns: Iterable[int] = range(1, 17), measure: Callabl
     ``cache.cache_dir()``); files go to ``<root>/sizing/cost_curves/``. refresh: measure again even
     when cached. A corrupt or mismatched cache file is measured over, not trusted.
     """
-    from .measure.claims import machine_line
+    from .measure.harness.claims import machine_line
 
     ns = [int(n) for n in ns]
     key = cost_curve_key(model, ns)

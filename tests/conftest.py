@@ -17,7 +17,7 @@ def _full_size(monkeypatch):
     """The tests below run at one size whatever the notebooks' switch says: `make test` sets
     SPECDECODE_SMALL_RUN=1 for the notebooks, and the tests share their worker processes. Drafts
     are of the fixed sizes (see below)."""
-    from specdecode_ref.measure.run_size import SWITCH
+    from specdecode_ref.measure.harness.run_size import SWITCH
 
     monkeypatch.delenv(SWITCH, raising=False)
     # load_proposer without k drafts at the fixed sizes here, whatever this machine would choose: a

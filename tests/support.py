@@ -22,7 +22,7 @@ from specdecode_ref.pitfalls import resample_from_target
 from specdecode_ref.proposers import Draft, Proposer
 from specdecode_ref.verify import rejection_sample
 from specdecode_ref.sampling import logits_to_probs
-from specdecode_ref.measure.stats import chi_square_test
+from specdecode_ref.measure.harness.stats import chi_square_test
 
 
 def make_tiny_llama(vocab_size: int = 64, seed: int = 0, sharpness: float = 1.0, layers: int = 2,

@@ -20,7 +20,7 @@ from specdecode_ref import autoregressive_generate, chat_ids, generate, generate
 from specdecode_ref.ragged_cache import RaggedCache
 from specdecode_ref.proposers import Draft, NgramProposer, Proposer, load_proposer
 from specdecode_ref.sampling import SamplingParams
-from specdecode_ref.measure.workloads import load_workloads
+from specdecode_ref.measure.harness.workloads import load_workloads
 
 from support import RandomDraftProposer, RandomTreeProposer, assert_law, chi2_pvalue, exact_joint, make_tiny_llama, plant
 

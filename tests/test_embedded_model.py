@@ -7,7 +7,7 @@ from support import assert_law, chi2_pvalue, plant, twins
 from specdecode_ref import SamplingParams, autoregressive_generate, chat_ids, generate, generate_batch
 from specdecode_ref.proposers import load_proposer
 from specdecode_ref.sampling import logits_to_probs
-from specdecode_ref.measure.workloads import load_workloads
+from specdecode_ref.measure.harness.workloads import load_workloads
 
 CATEGORIES = ["summarization", "code", "qa", "rag_qa", "multi_turn"]
 

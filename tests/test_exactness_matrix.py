@@ -44,7 +44,7 @@ import torch
 
 from specdecode_ref import autoregressive_generate, chat_ids, generate, generate_batch
 from specdecode_ref.engine import ACCEPTED
-from specdecode_ref.measure.workloads import load_workloads
+from specdecode_ref.measure.harness.workloads import load_workloads
 from specdecode_ref.proposers import load_proposer
 from specdecode_ref.serving.scheduler import serve
 

@@ -225,8 +225,8 @@ def test_report_states_the_chance_of_a_false_failure(tmp_path):
 
 
 def test_chi_square_has_one_implementation():
-    """Grading uses the course's chi-square test (specdecode_ref.measure.stats), not a copy of its own."""
-    from specdecode_ref.measure import stats
+    """Grading uses the course's chi-square test (specdecode_ref.measure.harness.stats), not a copy of its own."""
+    from specdecode_ref.measure.harness import stats
 
     for counts, probs in (([250, 250, 500], [0.25, 0.25, 0.5]), ([10, 0, 990], [0.0, 0.5, 0.5]),
                           ([900, 100], [0.5, 0.5]), ([3, 1, 40, 56], [0.01, 0.02, 0.4, 0.57])):

@@ -1,7 +1,7 @@
 """The committed notebooks state results through code: guards on what a re-run could make false.
 
 Sentences about measured values are rendered by the cells that measure them
-(``specdecode_ref.measure.claims``), so the markdown cells keep only what no run changes. These
+(``specdecode_ref.measure.harness.claims``), so the markdown cells keep only what no run changes. These
 checks read the committed notebooks (no execution): a markdown cell that types measured decimals,
 an output taken on a busy machine, a leaked repr, a frozen progress bar or a stray warning would
 each let the text or the saved outputs mislead a reader.
@@ -54,7 +54,7 @@ def test_markdown_types_few_decimals(path):
     budget = DECIMAL_BUDGET[path.stem[:2]]
     assert len(found) <= budget, (f"{path.name}: {len(found)} decimals typed in markdown (budget {budget}): "
                                   f"{found}. Render measured values from the cell that computes them "
-                                  "(specdecode_ref.measure.claims.say)")
+                                  "(specdecode_ref.measure.harness.claims.say)")
 
 
 def test_decimal_finder_sees_typed_numbers_and_skips_code():
@@ -63,7 +63,7 @@ def test_decimal_finder_sees_typed_numbers_and_skips_code():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_outputs_are_clean(path):
-    from specdecode_ref.measure.timing import BUSY_NOTICE
+    from specdecode_ref.measure.harness.timing import BUSY_NOTICE
 
     for i, kind, text in _outputs(path):
         assert BUSY_NOTICE not in text, f"{path.name} cell {i}: committed from a run on a busy machine"

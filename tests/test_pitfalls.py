@@ -9,7 +9,7 @@ import torch
 
 from specdecode_ref import pitfalls
 from specdecode_ref.sampling import SamplingParams, logits_to_probs
-from specdecode_ref.measure.stats import acceptance_probability, chi_square_pvalue, first_token_counts
+from specdecode_ref.measure.harness.stats import acceptance_probability, chi_square_pvalue, first_token_counts
 from specdecode_ref.verify import rejection_sample
 
 

@@ -20,7 +20,7 @@ The prompts are literal text in a fixed order (no randomness), so the output is 
     python specdecode_ref/data/make_heldout_prompts.py          # rewrites data/heldout.json
     python specdecode_ref/data/make_heldout_prompts.py --check  # exit 1 if the file is stale
 
-Load it with ``specdecode_ref.measure.workloads.load_heldout`` (same arguments as
+Load it with ``specdecode_ref.measure.harness.workloads.load_heldout`` (same arguments as
 ``load_workloads``); ids are ``heldout-<category>-NN``.
 """
 from __future__ import annotations

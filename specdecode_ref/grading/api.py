@@ -119,11 +119,11 @@ def lab_fixture(grading_file: str):
 def chi2_pvalue(counts, probs, min_expected: float = 5.0) -> float:
     """p-value of a chi-square goodness-of-fit test of observed ``counts`` against ``probs``.
 
-    The course's one chi-square test (:func:`specdecode_ref.measure.stats.chi_square_test`): bins
+    The course's one chi-square test (:func:`specdecode_ref.measure.harness.stats.chi_square_test`): bins
     expected to hold fewer than ``min_expected`` counts are pooled, and any count in a bin of
     probability 0 gives 0.0.
     """
-    from specdecode_ref.measure.stats import chi_square_pvalue
+    from specdecode_ref.measure.harness.stats import chi_square_pvalue
 
     return chi_square_pvalue(counts, probs, min_expected)
 

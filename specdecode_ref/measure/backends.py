@@ -71,7 +71,7 @@ def memory_floor(model, repeats: int = 5) -> dict:
     """``{"bandwidth_gbs", "weight_bytes", "floor_ms"}``: streaming bandwidth from summing a 256 MB
     buffer (a read-only sweep, as a decode step's weight traffic is), and the time to read every
     distinct parameter of ``model`` once at that rate."""
-    from .timing import median_time
+    from .harness.timing import median_time
 
     buf = torch.ones(64 * 2**20)
     bandwidth = buf.numel() * 4 / median_time(lambda: buf.sum(), repeats=repeats)
@@ -86,7 +86,7 @@ def cost_curves(models: dict, ns=(1, 2, 3, 5, 9, 17), context_len: int = 200, ro
     """T(n) for each of ``models`` ({name: model}), measured in ``rounds`` interleaved rounds (each
     a :func:`bench.measure_cost_curve` of one repeat per model in turn); the median per n is kept.
     Returns ``{name: {"ns", "times_s", "relative"}}``."""
-    from .bench import measure_cost_curve
+    from .harness.bench import measure_cost_curve
 
     samples = {name: {n: [] for n in ns} for name in models}
     for r in range(warmup + rounds):
@@ -142,7 +142,7 @@ def greedy_agreement(fast, eager, prompts: dict, max_new_tokens: int = 64, progr
     from tqdm.auto import tqdm
 
     from ..engine import autoregressive_generate
-    from .timing import decode_seconds
+    from .harness.timing import decode_seconds
 
     rows = []
     for pid, ids in tqdm(list(prompts.items()), desc="plain, both backends", disable=not progress):
@@ -227,7 +227,7 @@ def main(argv=None) -> None:
     import platform
 
     from .. import chat_ids, load_model
-    from .workloads import load_heldout, load_workloads
+    from .harness.workloads import load_heldout, load_workloads
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dtype", default="fp32")
@@ -238,7 +238,7 @@ def main(argv=None) -> None:
     parser.add_argument("--out", default=None, help="write the figures as JSON here")
     args = parser.parse_args(argv)
 
-    from .claims import machine_line
+    from .harness.claims import machine_line
 
     torch.manual_seed(0)
     fast, tok = load_model(dtype=args.dtype, device="cpu", backend="fast")

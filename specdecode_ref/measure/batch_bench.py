@@ -40,7 +40,7 @@ from ..analysis import expected_tokens_per_step
 from ..batch import generate_batch
 from ..ragged_cache import RaggedCache
 from ..engine import eos_token_ids
-from . import timing
+from .harness import timing
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
 NS = tuple(range(1, 10))
@@ -127,7 +127,7 @@ def prompt_pool(tokenizer, kind: str = "input_grounded") -> list:
     """Chat-templated prompts: "input_grounded" (summarisation, rag_qa, rewrite, code: where n-gram
     drafting copies) or "chat" (the open-ended categories: where a draft model must guess)."""
     from ..models import chat_ids
-    from .workloads import INPUT_GROUNDED, OPEN_ENDED, load_workloads
+    from .harness.workloads import INPUT_GROUNDED, OPEN_ENDED, load_workloads
 
     cats = {"input_grounded": INPUT_GROUNDED, "chat": OPEN_ENDED}[kind]
     return [chat_ids(tokenizer, item["messages"]) for items in load_workloads(list(cats)).values() for item in items]

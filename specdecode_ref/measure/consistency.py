@@ -19,7 +19,7 @@ speedup, and a low speedup is always possible.
 from __future__ import annotations
 
 from ..metrics import SpecStats
-from .timing import decode_rate
+from .harness.timing import decode_rate
 
 __all__ = ["speedup_ceiling", "check_speedups", "DEFAULT_MARGIN"]
 

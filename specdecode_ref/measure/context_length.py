@@ -40,7 +40,7 @@ STORED = Path(__file__).resolve().parent.parent / "data" / "measured" / "context
 
 def _passages() -> tuple:
     """(summarisation passages without their instruction, retrieval prompts' documents)."""
-    from .workloads import load_workloads
+    from .harness.workloads import load_workloads
 
     wl = load_workloads(["summarization", "rag_qa"])
     summ = [p["messages"][-1]["content"].split("\n\n", 1)[-1].strip() for p in wl["summarization"]]
@@ -226,7 +226,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(STORED))
     args = p.parse_args(argv)
     from ..models import load_model
-    from .claims import machine_line
+    from .harness.claims import machine_line
 
     model, tok = load_model(dtype=args.dtype)
     ints = lambda s: [int(x) for x in s.split(",") if x.strip()]  # noqa: E731

@@ -44,7 +44,7 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from . import protocol
+from .harness import protocol
 
 #: name -> (how its sizes are covered, the sizes it is run at)
 CHAINS = {"draft": 8, "draft-fullvocab": 4, "early-exit": 8, "eagle": 8, "eagle3": 8, "medusa-chain": 3,
@@ -127,10 +127,10 @@ def measure(model, tokenizer, per_category: int = 1, max_new_tokens: int = 48, r
     from ..models import chat_ids
     from ..proposers import load_proposer
     from ..sizing import SIZING_NS, machine_cost_curve
-    from .claims import machine_line
-    from .compare import run_interleaved
-    from .timing import sample_load
-    from .workloads import load_workloads
+    from .harness.claims import machine_line
+    from .harness.compare import run_interleaved
+    from .harness.timing import sample_load
+    from .harness.workloads import load_workloads
 
     load = sample_load()
     prompts = {item["id"]: chat_ids(tokenizer, item["messages"])
@@ -178,11 +178,11 @@ def check(model, tokenizer, workloads: dict, split: str, max_new_tokens: int = 4
     """
     from ..proposers import StandAside, default_k, load_proposer
     from ..sizing import machine_draft_size, stored_draft_sizes
-    from . import bench
-    from .claims import machine_line
+    from .harness import bench
+    from .harness.claims import machine_line
     from ..metrics import merge_stats
-    from .intervals import OVERALL, bootstrap_summary
-    from .timing import sample_load
+    from .harness.intervals import OVERALL, bootstrap_summary
+    from .harness.timing import sample_load
 
     table = stored_draft_sizes()
     names = list(names or table["drafters"])
@@ -238,7 +238,7 @@ def load_check(split: str = "heldout") -> dict:
 
 
 def _size_words(name: str, size: int) -> str:
-    from .claims import plural
+    from .harness.claims import plural
 
     if size == 0:
         return "standing aside (drafting nothing)"
@@ -250,7 +250,7 @@ def describe_check(check: dict, name: str) -> str:
     size chosen there, with interval, beside its prediction; and, when the old fixed size differs,
     that size's speed and the chosen size's speed over it, paired by prompt, with the word its
     interval supports."""
-    from .claims import interval_bounds, times, verdict_of
+    from .harness.claims import interval_bounds, times, verdict_of
 
     rows = check["methods"]
     if name not in rows:
@@ -277,8 +277,8 @@ def load_table(path=None) -> dict:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from ..models import load_model
-    from .timing import start_timed_cli
-    from .workloads import load_heldout, load_workloads
+    from .harness.timing import start_timed_cli
+    from .harness.workloads import load_heldout, load_workloads
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("what", nargs="?", choices=("measure", "check"), default="measure",

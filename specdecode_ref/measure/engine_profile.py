@@ -17,7 +17,7 @@ module calls). Every variant is checked to produce the same greedy tokens as our
 
 Production engines do the same: vLLM compiles the model with ``torch.compile`` and captures CUDA
 graphs (``vllm/compilation/``), and keeps its KV cache in preallocated blocks. Timings mean
-something only on a quiet machine (``measure.timing.check_quiet``).
+something only on a quiet machine (``measure.harness.timing.check_quiet``).
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from ..engine import autoregressive_generate
-from .timing import sync_device
+from .harness.timing import sync_device
 
 
 @dataclass
@@ -234,8 +234,8 @@ def main(argv=None) -> int:
     ap.add_argument("--compile", action="store_true", help="also time static cache + torch.compile")
     args = ap.parse_args(argv)
     from ..models import chat_ids, load_model
-    from .timing import start_timed_cli
-    from .workloads import load_workloads
+    from .harness.timing import start_timed_cli
+    from .harness.workloads import load_workloads
 
     start_timed_cli(args.threads)
     model, tok = load_model(dtype=args.dtype)

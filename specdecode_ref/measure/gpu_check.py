@@ -40,7 +40,7 @@ def cost_curve(device: str) -> None:
     import torch
 
     from .. import load_model
-    from .bench import format_cost_curve, measure_cost_curve
+    from .harness.bench import format_cost_curve, measure_cost_curve
 
     for dtype in ("bf16", "fp32"):
         model, _ = load_model(device=device, dtype=dtype)

@@ -32,7 +32,7 @@ from ..metrics import SpecStats
 from ..proposers.base import DecodeState
 from ..sampling import GREEDY
 from .replay import chain_steps, leading_matches, step_cost
-from .workloads import INPUT_GROUNDED
+from .harness.workloads import INPUT_GROUNDED
 
 GROUNDED, OPEN = "input-grounded", "open-ended"
 

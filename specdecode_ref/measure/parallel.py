@@ -198,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     model, tok = load_model(dtype=args.dtype)
     methods = [x.strip() for x in args.methods.split(",")]
-    from .workloads import load_heldout, load_workloads
+    from .harness.workloads import load_heldout, load_workloads
 
     workloads = (load_workloads if args.split == "benchmark" else load_heldout)(None, per_category=args.per_category)
     table = measure(model, tok, workloads, methods,

@@ -3,7 +3,7 @@ and its speed against the best single drafter and the oracle, with intervals.
 
 The data is a table of prompts, each with its router features (``proposers.router``: length,
 self-repetition, the target's pooled hidden state) and the seconds and tokens of every candidate
-on it, timed by ``bench.run_benchmark`` under ``measure.protocol`` (methods interleaved per prompt, two
+on it, timed by ``bench.run_benchmark`` under ``measure.harness.protocol`` (methods interleaved per prompt, two
 rounds, spikes re-timed; greedy, so every candidate emits the same tokens). Two tables: the benchmark prompts, which the router is fitted on,
 and the held-out prompts (``workloads.load_heldout``), which nothing is tuned on and which the
 figures are reported on.
@@ -19,7 +19,7 @@ Three ways to choose, scored on the same table:
 
 Speedups are pooled (total tokens over total seconds against plain decoding's); regret is how
 much slower than the oracle, oracle speed / chooser's speed - 1. Intervals: a paired bootstrap
-over prompts, stratified by category (``measure.intervals``).
+over prompts, stratified by category (``measure.harness.intervals``).
 
     python -m specdecode_ref.measure.routing measure --split benchmark   # timings (about 20 min, fp32 2-core CPU)
     python -m specdecode_ref.measure.routing fit                          # data/router.json
@@ -36,8 +36,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..proposers.router import PLAIN, TEXT_FEATURES, RouterPolicy, prompt_features
-from . import protocol
-from .intervals import stratified_indices
+from .harness import protocol
+from .harness.intervals import stratified_indices
 
 #: The candidates a router chooses among: plain decoding and the shipped drafters that a router
 #: can switch per request (early exit cannot: it verifies in the target's cache itself).
@@ -56,14 +56,14 @@ def table_path(split: str) -> Path:
 
 
 def _workloads(split: str, per_category: int | None):
-    from .workloads import load_heldout, load_workloads
+    from .harness.workloads import load_heldout, load_workloads
 
     return (load_workloads if split == "benchmark" else load_heldout)(None, per_category=per_category)
 
 
 def measure(model, tokenizer, workloads: dict, methods: Sequence[str] = CANDIDATES, max_new_tokens: int = 48,
             repeats: int = protocol.ROUNDS, progress: bool = True, split: str = "benchmark") -> dict:
-    """Time every method on every prompt under ``measure.protocol`` and compute each prompt's router
+    """Time every method on every prompt under ``measure.harness.protocol`` and compute each prompt's router
     features. Returns the table (see the module docstring) as plain JSON-ready values.
 
     Each drafter runs at its fixed size (``proposers.default_k``), the size the router and the bandit
@@ -71,9 +71,9 @@ def measure(model, tokenizer, workloads: dict, methods: Sequence[str] = CANDIDAT
     with ``@K`` (``measure.parallel``) sets the size itself."""
     from ..models import chat_ids
     from ..proposers import available_proposers, default_k
-    from . import bench
-    from .claims import machine_line
-    from .timing import check_quiet
+    from .harness import bench
+    from .harness.claims import machine_line
+    from .harness.timing import check_quiet
 
     methods = list(methods)
     if PLAIN not in methods:

@@ -52,7 +52,7 @@ from ..metrics import merge_stats
 from ..proposers import DRAFT_SAMPLING, Draft, Proposer, load_proposer
 from ..proposers.base import DecodeState, ProposerWrapper, StepOutcome
 from ..sampling import GREEDY, SamplingParams, logits_to_probs
-from .compare import PLAIN, method_table, run_interleaved
+from .harness.compare import PLAIN, method_table, run_interleaved
 
 DRAFTERS = ("ngram", "draft", "early-exit", "medusa-chain", "medusa", "eagle", "eagle-tree")
 TEMPERATURES = (0.0, 0.7, 1.0)
@@ -172,7 +172,7 @@ def _build(name: str, model, k, draft_sampling: str) -> Proposer:
 
 def _workload_prompts(tokenizer, device, per_category, categories) -> list:
     from ..models import chat_ids
-    from .workloads import load_workloads
+    from .harness.workloads import load_workloads
 
     if tokenizer is None:
         raise ValueError("pass a tokenizer (to chat-template the benchmark prompts) or prompts=")
@@ -257,7 +257,7 @@ def plot_sampling_regime(df, metric: str = "τ", ax=None, path=None):
     (a black tick). Returns the matplotlib Figure; saves it to ``path`` if given."""
     import numpy as np
 
-    from .bench import pyplot
+    from .harness.bench import pyplot
 
     if metric not in df.columns:
         raise ValueError(f"no column {metric!r}; choose from {list(df.columns)}")
@@ -341,7 +341,7 @@ def main(argv=None) -> int:
         df.to_csv(args.csv, index=False)
         print(f"saved {args.csv}")
     if args.plot:
-        from .bench import pyplot
+        from .harness.bench import pyplot
 
         fig, axes = pyplot().subplots(1, 2, figsize=(16, 4))
         plot_sampling_regime(df, "τ", ax=axes[0])

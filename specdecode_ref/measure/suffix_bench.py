@@ -58,7 +58,7 @@ def summarize_stream(df, reference: str = "plain", by: str | None = None):
     τ/speed against n-gram, paired over requests (claims.Comparison with a bootstrap interval)."""
     import pandas as pd
 
-    from .claims import compare_paired
+    from .harness.claims import compare_paired
 
     groups = [((), df)] if by is None else list(df.groupby(by, sort=False))
     out = []

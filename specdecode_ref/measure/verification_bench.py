@@ -26,7 +26,7 @@ import torch
 
 from ..engine import generate
 from ..sampling import SamplingParams
-from .claims import MIN_PAIRS, Comparison, compare_paired, verdict_of
+from .harness.claims import MIN_PAIRS, Comparison, compare_paired, verdict_of
 
 #: Drafters whose drafts carry a sampled q, with the options that make them sample. (Hydra's chain
 #: drafts greedily only: its heads read the tokens drafted before them, and sampling them is not
@@ -267,12 +267,12 @@ def markov_joint_check(verifier, vocab: int = 3, k: int = 3, tokens: int = 3, n:
 
     The target is p(x_t | x_{t-1}) = P[x_{t-1}], the drafter q(x_t | x_{t-1}) = Q[x_{t-1}]; every
     row of the batch is one sequence, all verified in one call per step. Returns a
-    measure.stats.ChiSquareResult."""
+    measure.harness.stats.ChiSquareResult."""
     import itertools
 
     import numpy as np
 
-    from .stats import chi_square_test
+    from .harness.stats import chi_square_test
 
     g = torch.Generator().manual_seed(seed)
     P = torch.softmax(2.0 * torch.randn(vocab, vocab, generator=g), -1)

@@ -10,4 +10,6 @@
     compare       our sweep beside vLLM's: one table, the crossover load, outputs token for token
     export        our trained drafters as model directories vLLM loads (draft model, EAGLE head)
     advisor       vLLM's spec-decode counters + a cost curve -> tokens per step, speedup per K and batch size, best K
+    suffix_vllm   our suffix decoding beside vLLM's, request by request, counters recounted within max_tokens
+    served_drafters  our trained drafters served in vLLM: the same weights and prompts, both engines' counters
 """

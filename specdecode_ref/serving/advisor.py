@@ -26,7 +26,7 @@ step is taken to draft, and without lengths every draft is taken to be the mean 
 
 The cost side is a step time T(B, n): one target forward over B requests scoring n tokens each
 (``measure.batch_bench.measure_cost_surface`` on this machine, ``policies.roofline_cost`` as a
-shape, or ``measure.bench.measure_cost_curve`` at B = 1), plus the drafter's time per drafted token
+shape, or ``measure.harness.bench.measure_cost_curve`` at B = 1), plus the drafter's time per drafted token
 d(B), plus the engine's own time per step outside the forward and the drafter: o(B) on a
 speculative step, o_0(B) on a plain one (sampling, cache bookkeeping, Python; the routing tables
 measure both). Per batch size B and draft length K, with m_K = min(L, K),

@@ -20,14 +20,14 @@ import sys
 def compare_one_at_a_time(model, tokenizer, workloads: dict, methods=("plain", "ngram"), max_new_tokens: int = 64,
                           vllm_k: int = 4, vllm_dir=None, dtype: str = "bf16", progress: bool = True,
                           eager_model=None):
-    """Rates of our methods (``measure.bench`` names) and of vLLM plain and n-gram (k = vllm_k) on
+    """Rates of our methods (``measure.harness.bench`` names) and of vLLM plain and n-gram (k = vllm_k) on
     the prompts of ``workloads`` (``load_workloads``). Returns a pandas DataFrame: engine, method,
     tokens, seconds, tok_per_s, vs_our_plain, vs_vllm_plain (NaN without vLLM), and the reason
     vLLM did not run in ``df.attrs["vllm"]`` (its version when it did). ``eager_model``: the same
     model on the eager backend (backend.py); its plain decoding is added as engine "ours (eager)"."""
     import pandas as pd
 
-    from ..measure import bench
+    from ..measure.harness import bench
     from ..models import EMBEDDED, cache_dir, chat_ids
     from . import vllm_runner
 
@@ -64,7 +64,7 @@ def compare_one_at_a_time(model, tokenizer, workloads: dict, methods=("plain", "
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--methods", default="plain,ngram,hydra", help="our methods (measure.bench names)")
+    ap.add_argument("--methods", default="plain,ngram,hydra", help="our methods (measure.harness.bench names)")
     ap.add_argument("--per-category", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--vllm-k", type=int, default=4)
@@ -73,8 +73,8 @@ def main(argv=None) -> int:
     ap.add_argument("--with-eager", action="store_true",
                     help="also time our plain decoding on the eager backend (the default is the fast one where it runs)")
     args = ap.parse_args(argv)
-    from ..measure.timing import start_timed_cli
-    from ..measure.workloads import load_workloads
+    from ..measure.harness.timing import start_timed_cli
+    from ..measure.harness.workloads import load_workloads
     from ..models import load_model
 
     start_timed_cli(args.threads)

@@ -11,7 +11,7 @@ vLLM's counters (metrics.py).
     python -m specdecode_ref.serving.sweep --loads 1,4,16 --requests 16 --max-new-tokens 64
 
 prints the table and writes it as CSV (``--out``). Timings mean something only on a quiet machine
-(``measure.timing.check_quiet``).
+(``measure.harness.timing.check_quiet``).
 """
 from __future__ import annotations
 

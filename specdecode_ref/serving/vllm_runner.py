@@ -29,7 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..measure.run_size import SWITCH, small_run
+from ..measure.harness.run_size import SWITCH, small_run
 from ..sampling import SamplingParams
 from .metrics import ACCEPTED_PER_POS, ACCEPTED_TOKENS, DRAFT_TOKENS, DRAFTS  # vLLM's Prometheus names
 
@@ -93,7 +93,7 @@ def vllm_required() -> bool:
 
 def vllm_for_notebooks() -> tuple[bool, str]:
     """:func:`vllm_available`, except in a small run (``SPECDECODE_SMALL_RUN=1``, see
-    ``measure.run_size``): ``make test`` runs the vLLM cross-checks on their own first, and a
+    ``measure.harness.run_size``): ``make test`` runs the vLLM cross-checks on their own first, and a
     notebook's two engine start-ups would only repeat them."""
     if small_run():
         return False, (f"{SWITCH}=1: a small run leaves the vLLM runs out (make test runs its vLLM "

@@ -136,7 +136,7 @@ def cmd_data(args) -> None:
     """The corpus in two steps: the target's answers as token ids (generated with ``--generate``,
     else read from the committed ids file), then the teacher pass that adds the target's top-k
     distributions and hidden states."""
-    from ..measure.workloads import training_conversations
+    from ..measure.harness.workloads import training_conversations
     from .corpus_plan import PLANS
 
     target, tok = load_target(args.dtype)

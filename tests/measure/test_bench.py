@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from specdecode_ref import load_model
-from specdecode_ref.measure import bench
-from specdecode_ref.measure.workloads import CATEGORIES, INPUT_GROUNDED, load_workloads
+from specdecode_ref.measure.harness import bench
+from specdecode_ref.measure.harness.workloads import CATEGORIES, INPUT_GROUNDED, load_workloads
 
 CATS = ["summarization", "qa"]
 

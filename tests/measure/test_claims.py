@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specdecode_ref.measure import claims
-from specdecode_ref.measure.claims import best_of, close_to, compare_paired, num, pct, times
+from specdecode_ref.measure.harness import claims
+from specdecode_ref.measure.harness.claims import best_of, close_to, compare_paired, num, pct, times
 
 
 def _paired(ratio, n=14, noise=0.05, seed=0):
@@ -126,7 +126,7 @@ def test_verdicts_never_contradict_their_interval(lo, hi, tolerance, verdict):
     """The sentences that called 1.18x (95 % interval 1.02-1.38x) "level within noise" came from a
     rule that demanded the interval clear an unstated 2 % band; the verdict now follows the interval.
     Planted twin: the old rule reads the first three cases as level."""
-    from specdecode_ref.measure.claims import verdict_of
+    from specdecode_ref.measure.harness.claims import verdict_of
 
     assert verdict_of(lo, hi, tolerance) == verdict
     old_rule = "better" if lo > 1 + tolerance else "worse" if hi < 1 - tolerance else "level"

@@ -1,4 +1,4 @@
-"""measure/compare.py on a tiny random Llama: no timing thresholds, only counts and identities."""
+"""measure/harness/compare.py on a tiny random Llama: no timing thresholds, only counts and identities."""
 from __future__ import annotations
 
 import pandas as pd
@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from specdecode_ref import generate
-from specdecode_ref.measure import compare
-from specdecode_ref.measure.compare import (decode_speedup, first_mismatch, method_stats,
+from specdecode_ref.measure.harness import compare
+from specdecode_ref.measure.harness.compare import (decode_speedup, first_mismatch, method_stats,
                                             method_table, probe_step, results_from_benchmark, run_interleaved)
-from specdecode_ref.measure.timing import decode_rate
+from specdecode_ref.measure.harness.timing import decode_rate
 from specdecode_ref.metrics import SpecStats
 from specdecode_ref.proposers import NgramProposer, Proposer
 from specdecode_ref.proposers.base import Draft
@@ -57,7 +57,7 @@ def rounds_as_scheduled(monkeypatch):
     """Switch off the protocol's spike rule: on the tiny model a run takes milliseconds, so two rounds
     often differ by more than its factor and an extra round would change how many runs a test sees.
     The rule itself is tested in test_protocol.py and, through run_interleaved, below."""
-    from specdecode_ref.measure import protocol
+    from specdecode_ref.measure.harness import protocol
 
     monkeypatch.setattr(protocol, "wants_another_round", lambda seconds: False)
 
@@ -141,7 +141,7 @@ def test_probe_step_refuses_when_nothing_is_drafted(tiny_model):
 
 
 def test_bench_uses_the_shared_first_mismatch():
-    from specdecode_ref.measure import bench
+    from specdecode_ref.measure.harness import bench
 
     assert bench.first_mismatch is compare.first_mismatch
 
@@ -188,7 +188,7 @@ def test_a_method_whose_rounds_disagree_is_timed_again(tiny_model, monkeypatch, 
     """Protocol rule 3 inside run_interleaved: a method whose rounds disagree gets another round after
     the scheduled ones, and the run kept is the one kept_index picks. The rule is forced here (the
     tiny model's timings are too short to spike on purpose). Planted twin: a loop that never re-times."""
-    from specdecode_ref.measure import protocol
+    from specdecode_ref.measure.harness import protocol
 
     asked = []
 

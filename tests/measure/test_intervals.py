@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specdecode_ref.measure import bench
-from specdecode_ref.measure.intervals import bootstrap_summary, contains_one
+from specdecode_ref.measure.harness import bench
+from specdecode_ref.measure.harness.intervals import bootstrap_summary, contains_one
 
 
 def frame(speedups: dict, per_category: int = 8, seed: int = 0, noise: float = 0.0, tokens: int = 48) -> pd.DataFrame:

@@ -1,9 +1,9 @@
-"""The timing protocol's rules (measure/protocol.py), each with a planted twin that must fail."""
+"""The timing protocol's rules (measure/harness/protocol.py), each with a planted twin that must fail."""
 from __future__ import annotations
 
 import pytest
 
-from specdecode_ref.measure import protocol
+from specdecode_ref.measure.harness import protocol
 
 
 def check_rules(order_of, wants_another_round, kept_index):

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from specdecode_ref.measure import run_size
+from specdecode_ref.measure.harness import run_size
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 

@@ -11,7 +11,7 @@ from support import make_tiny_llama, noisy
 from specdecode_ref import chat_ids, generate
 from specdecode_ref.analysis import estimate_alpha
 from specdecode_ref.measure import sampling_regime as sr
-from specdecode_ref.measure.workloads import load_workloads
+from specdecode_ref.measure.harness.workloads import load_workloads
 from specdecode_ref.metrics import merge_stats
 from specdecode_ref.proposers import load_proposer
 from specdecode_ref.proposers.draft_model import DraftModelProposer, build_draft_model

@@ -4,7 +4,7 @@ import pytest
 import torch
 from scipy import stats as scipy_stats
 
-from specdecode_ref.measure.stats import (acceptance_probability, chi_square_pvalue, chi_square_test,
+from specdecode_ref.measure.harness.stats import (acceptance_probability, chi_square_pvalue, chi_square_test,
                                   first_token_counts, randomized_pit, uniformity_test)
 from specdecode_ref.verify import rejection_sample
 

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from specdecode_ref.measure import bench, timing
+from specdecode_ref.measure.harness import bench, timing
 from specdecode_ref.metrics import SpecStats
 
 

@@ -10,7 +10,7 @@ from specdecode_ref import generate
 from specdecode_ref.measure.suffix_bench import run_stream, summarize_stream
 from specdecode_ref.measure.verification_bench import (VerifierCalls, compare_means, expected_accepted, expected_kept,
                                                        first_position_tries, keep_probabilities, markov_joint_check)
-from specdecode_ref.measure.workloads import load_repeating
+from specdecode_ref.measure.harness.workloads import load_repeating
 from specdecode_ref.sampling import SamplingParams
 from specdecode_ref.pitfalls import resample_from_target
 from specdecode_ref.trees import ROOT

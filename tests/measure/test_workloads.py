@@ -10,8 +10,8 @@ from collections import Counter
 
 import pytest
 
-from specdecode_ref.measure import workloads as wl
-from specdecode_ref.measure.workloads import (CATEGORIES, HELDOUT_PATH, TRAIN_PROMPTS_PATH, load_heldout,
+from specdecode_ref.measure.harness import workloads as wl
+from specdecode_ref.measure.harness.workloads import (CATEGORIES, HELDOUT_PATH, TRAIN_PROMPTS_PATH, load_heldout,
                                               load_training_prompts, load_workloads, training_conversations)
 
 NGRAM = 12

@@ -82,7 +82,7 @@ def test_planted_bug_argmax_reported_with_the_drafters_softmax_is_caught(small2,
 
 def first_draft(target, proposer, sampling):
     """The proposer's first draft after the prompt (the engine's own first step)."""
-    from specdecode_ref.measure.compare import probe_step
+    from specdecode_ref.measure.harness.compare import probe_step
 
     return probe_step(target, proposer, PROMPT, sampling=sampling).draft
 

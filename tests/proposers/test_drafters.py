@@ -342,7 +342,7 @@ def test_best_exit_trades_agreement_for_cost():
 def test_replay_reproduces_the_engine_counters(target4, k, reduced):
     """One teacher-forced draft pass + replay gives the engine's per-step counters for any k."""
     from specdecode_ref.analysis import replay_greedy_chain
-    from specdecode_ref.measure.bench import draft_greedy_matches
+    from specdecode_ref.measure.harness.bench import draft_greedy_matches
 
     prompt = torch.tensor([5, 9, 2, 33, 7])
     plain = autoregressive_generate(target4, prompt, max_new_tokens=60).tokens

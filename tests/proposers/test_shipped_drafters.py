@@ -4,7 +4,7 @@ import pytest
 
 from specdecode_ref import SamplingParams, chat_ids, generate
 from specdecode_ref.proposers import load_proposer
-from specdecode_ref.measure.workloads import load_workloads
+from specdecode_ref.measure.harness.workloads import load_workloads
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from specdecode_ref import autoregressive_generate, chat_ids, generate, sizing
-from specdecode_ref.measure.workloads import load_workloads
+from specdecode_ref.measure.harness.workloads import load_workloads
 from specdecode_ref.proposers import StandAside, default_k, load_proposer
 from specdecode_ref.sizing import DraftSize, SizeRow
 

@@ -185,7 +185,7 @@ def test_prediction_matches_a_run_whose_forwards_follow_the_curve():
 
 def test_fitted_k_reads_this_machines_curve_once(tiny_model, tmp_path, monkeypatch):
     monkeypatch.setenv("SPECDECODE_CACHE", str(tmp_path))
-    from specdecode_ref.measure import timing
+    from specdecode_ref.measure.harness import timing
 
     calls = []
     real = timing.measure_cost_curve

@@ -1,7 +1,7 @@
 """The one-at-a-time comparison: its table adds up, and without vLLM it says why."""
 import pytest
 
-from specdecode_ref.measure.workloads import load_workloads
+from specdecode_ref.measure.harness.workloads import load_workloads
 from specdecode_ref.serving import engine_speed, vllm_runner
 
 

@@ -149,7 +149,7 @@ def test_adaptive_k_wrappers_are_lossless_when_served(tiny_model, load, wrapper)
 
 @pytest.mark.embedded
 def test_embedded_model_ngram_serving_is_lossless(embedded):
-    from specdecode_ref.measure.workloads import load_workloads
+    from specdecode_ref.measure.harness.workloads import load_workloads
 
     model, tok = embedded
     wl = load_workloads(["qa", "math"], per_category=2)  # short prompts: 45-85 tokens

@@ -1,4 +1,4 @@
-"""Our trained drafters exported and served in vLLM (``measure.served_drafters``).
+"""Our trained drafters exported and served in vLLM (``serving.served_drafters``).
 
 The cheap tests read the committed measurement (``data/measured/served_drafters.json``) without
 vLLM: every output equal on both sides and to plain greedy decoding, the counters consistent with
@@ -14,8 +14,8 @@ import pytest
 
 from support import need_vllm
 
-from specdecode_ref.measure import served_drafters as SD
-from specdecode_ref.measure import suffix_vllm as S
+from specdecode_ref.serving import served_drafters as SD
+from specdecode_ref.serving import suffix_vllm as S
 
 MAL_TOLERANCE = 0.10  # vLLM's mean acceptance length over ours, within max_tokens: at most 10 % apart
 
@@ -73,7 +73,7 @@ def test_stored_eagle3_acceptance_in_vllm_is_ours():
 @pytest.mark.parametrize("name", ["draft", "eagle3", "medusa"])
 def test_exported_drafter_round_trip_in_vllm(embedded, name):
     need_vllm()
-    from specdecode_ref.measure.workloads import load_workloads
+    from specdecode_ref.measure.harness.workloads import load_workloads
 
     model, tok = embedded
     items = [{"category": c, "id": p["id"], "messages": p["messages"]}

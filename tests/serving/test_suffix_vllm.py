@@ -1,4 +1,4 @@
-"""Our suffix decoding beside vLLM's (``measure.suffix_vllm``).
+"""Our suffix decoding beside vLLM's (``serving.suffix_vllm``).
 
 The cheap tests read the committed measurement (``data/measured/suffix_vllm.json``) without vLLM:
 the loader, the summary table and the arithmetic of recounting vLLM's counters within max_tokens.
@@ -18,7 +18,7 @@ import pytest
 
 from support import need_vllm
 
-from specdecode_ref.measure import suffix_vllm as S
+from specdecode_ref.serving import suffix_vllm as S
 from specdecode_ref.serving import vllm_runner as V
 
 # Allowed gap between ours and vLLM-within-max_tokens: ties may pick different draft tokens.
@@ -81,7 +81,7 @@ def test_unknown_settings_are_refused():
 @pytest.mark.vllm
 @pytest.mark.vllm_extra
 def test_vllm_suffix_counters_match_ours_within_max_tokens(embedded):
-    from specdecode_ref.measure.workloads import load_repeating
+    from specdecode_ref.measure.harness.workloads import load_repeating
 
     need_vllm()
     ok, why = V.suffix_available()

@@ -19,7 +19,7 @@ import pytest
 
 from support import need_vllm
 
-from specdecode_ref.measure.workloads import load_workloads
+from specdecode_ref.measure.harness.workloads import load_workloads
 from specdecode_ref.models import EMBEDDED, cache_dir, chat_ids
 from specdecode_ref.serving import vllm_runner as V
 from specdecode_ref.serving.compare import compare_outputs

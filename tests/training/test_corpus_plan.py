@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from specdecode_ref.measure.workloads import load_workloads, training_conversations
+from specdecode_ref.measure.harness.workloads import load_workloads, training_conversations
 from specdecode_ref.training import corpus_plan, distill
 from specdecode_ref.training.corpus_plan import FULL_PLAN, Pass, check_plan
 

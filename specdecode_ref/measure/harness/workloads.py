@@ -5,7 +5,7 @@ answer from a passage, rewrite, edit code) repeat spans of the prompt, which n-g
 lookup drafting copies for free; open-ended chat, QA and maths do not. Benchmarks therefore report
 per category, never one averaged number.
 
-    from specdecode_ref.measure.workloads import load_workloads
+    from specdecode_ref.measure.harness.workloads import load_workloads
     wl = load_workloads(["summarization", "qa"], per_category=2)
     wl["qa"][0]["messages"]     # a chat: list of {"role", "content"}; feed it to chat_ids()
 
@@ -23,16 +23,16 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-WORKLOADS_PATH = Path(__file__).resolve().parent.parent / "data" / "workloads.json"
+WORKLOADS_PATH = Path(__file__).resolve().parents[2] / "data" / "workloads.json"
 #: Training prompts for self-distilling drafters: same 7 categories, disjoint from the benchmark.
 #: Regenerate with ``python specdecode_ref/data/make_train_prompts.py``.
-TRAIN_PROMPTS_PATH = Path(__file__).resolve().parent.parent / "data" / "train_prompts.json"
+TRAIN_PROMPTS_PATH = Path(__file__).resolve().parents[2] / "data" / "train_prompts.json"
 #: A stream of requests that repeat each other's outputs (suffix decoding, notebook 11).
 #: Regenerate with ``python specdecode_ref/data/make_repeating_prompts.py``.
-REPEATING_PATH = Path(__file__).resolve().parent.parent / "data" / "repeating.json"
+REPEATING_PATH = Path(__file__).resolve().parents[2] / "data" / "repeating.json"
 #: Held-out prompts: same 7 categories, 6 each, disjoint from the benchmark and the training prompts;
 #: nothing is tuned or trained on them. Regenerate with ``python specdecode_ref/data/make_heldout_prompts.py``.
-HELDOUT_PATH = Path(__file__).resolve().parent.parent / "data" / "heldout.json"
+HELDOUT_PATH = Path(__file__).resolve().parents[2] / "data" / "heldout.json"
 
 
 def _load_categories(path, remedy: str) -> dict:

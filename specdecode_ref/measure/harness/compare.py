@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..metrics import SpecStats, merge_stats
-from ..sampling import GREEDY, SamplingParams, logits_to_probs
+from ...metrics import SpecStats, merge_stats
+from ...sampling import GREEDY, SamplingParams, logits_to_probs
 from . import protocol
 from .timing import decode_rate
 
@@ -54,13 +54,13 @@ def run_interleaved(model, prompts, methods: dict, max_new_tokens: int = 48, war
     prompts: a list of 1-D id tensors (or ``{id: tensor}``; the order is kept). methods:
     ``{name: proposer}``, with ``None`` for plain decoding (include one to have a baseline).
     warmup: short untimed generations per method before the first timed one. repeats: timed rounds
-    per prompt under ``measure.protocol``: interleaved, the methods in reverse order on every other
+    per prompt under ``measure.harness.protocol``: interleaved, the methods in reverse order on every other
     round, a method whose rounds disagree re-timed, and the run with the median wall time (the lower
     middle one for an even count) kept (its tokens are the same in every round; a drafter that learns
     across requests repeats from its state before the prompt, not from its own first answer). Extra keyword arguments go to ``generate`` (sampling,
     seed, ...).
     """
-    from ..engine import generate
+    from ...engine import generate
 
     if not methods:
         raise ValueError("no methods given")
@@ -88,7 +88,7 @@ def run_interleaved(model, prompts, methods: dict, max_new_tokens: int = 48, war
             runs[name].append(generate(model, ids, proposer=proposer, max_new_tokens=max_new_tokens,
                                        **generate_kwargs))
 
-        for rep in range(repeats):  # measure/protocol.py: interleaved rounds, alternating order
+        for rep in range(repeats):  # measure/harness/protocol.py: interleaved rounds, alternating order
             for name in protocol.order_of(methods, rep):
                 run(name, methods[name], rep > 0)
         for name, rs in runs.items():  # a method whose rounds disagree is re-timed (protocol rule 3)
@@ -186,7 +186,7 @@ def probe_step(model, proposer, prompt_ids, sampling: SamplingParams | None = No
     output distribution. The root is the target's first token after the prompt (greedy by
     default; with a sampling ``generate`` draws it with ``seed``).
     """
-    from ..engine import generate
+    from ...engine import generate
 
     sampling = GREEDY if sampling is None else sampling
     seen = {}

@@ -278,7 +278,7 @@ def machine_line(model=None) -> str:
         where = f"{cpu_name()}, {plural(torch.get_num_threads(), 'CPU thread')}, {native}"
     dt = f", model in {str(dtype).replace('torch.', '')}" if dtype is not None else ""
     if model is not None:
-        from ..backend import backend_of
+        from ...backend import backend_of
 
         dt += f", {backend_of(model)} backend"
     return f"Timings on this machine: {where}{dt}."

@@ -14,7 +14,7 @@ what it is: with 8 prompts per category the interval covers prompt-to-prompt var
 machine's run, not a different machine. A cell whose interval contains 1.0 has not shown a
 difference.
 
-    from specdecode_ref.measure import bench, intervals
+    from specdecode_ref.measure.harness import bench, intervals
     df = bench.run_benchmark(model, tok, ["plain", "ngram"], workloads)
     table = intervals.bootstrap_summary(df)   # one row per (category, method), with lo / hi
 """
@@ -128,7 +128,7 @@ def per_position_acceptance(df, method: str, category: str | None = None) -> lis
     whose first i+1 tokens were kept / drafts that reached position i."""
     from functools import reduce
 
-    from ..metrics import SpecStats
+    from ...metrics import SpecStats
 
     part = df[(df.method == method) & ((df.category == category) if category is not None else True)]
     stats = [s for s in part["stats"] if isinstance(s, SpecStats)] if "stats" in part else []

@@ -23,7 +23,7 @@ whose (drafted, accepted) pair differs. A greedy draft is the argmax of the draf
 two engines computing the same function can still part on a near-tie (different attention and
 matrix-product code in fp32), and after that the contexts differ.
 
-    python -m specdecode_ref.measure.served_drafters --drafters eagle3 medusa draft \\
+    python -m specdecode_ref.serving.served_drafters --drafters eagle3 medusa draft \\
         --per-category 2 --max-new-tokens 48 --out specdecode_ref/data/measured/served_drafters.json
 
 "pard" (the parallel drafter) is served as vLLM's ``draft_model`` with ``parallel_drafting``: K − 1
@@ -113,7 +113,7 @@ def compare_served(model, tokenizer, name: str, messages: list, *, k: int = 3, m
     from .. import chat_ids
     from ..engine import autoregressive_generate, generate
     from ..models import EMBEDDED, cache_dir
-    from ..serving.export import export_drafter
+    from .export import export_drafter
 
     items = [m if isinstance(m, dict) and "messages" in m else {"messages": m} for m in messages]
     if not items:
@@ -216,7 +216,7 @@ def mal_ratio(result: dict) -> float:
 def load_served(path=None) -> dict:
     """The stored comparison (default ``data/measured/served_drafters.json``): ``{"meta",
     "drafters": {name: {"meta", "rows", "totals", "per_position"}}}``. No vLLM needed."""
-    return load_stored(DEFAULT_PATH if path is None else path, "specdecode_ref.measure.served_drafters")
+    return load_stored(DEFAULT_PATH if path is None else path, "specdecode_ref.serving.served_drafters")
 
 
 def main(argv=None) -> dict:
@@ -224,7 +224,7 @@ def main(argv=None) -> dict:
     import datetime
     import shlex
 
-    parser = argparse.ArgumentParser(prog="python -m specdecode_ref.measure.served_drafters",
+    parser = argparse.ArgumentParser(prog="python -m specdecode_ref.serving.served_drafters",
                                      description="Our trained drafters served in vLLM beside our engine.")
     parser.add_argument("--drafters", nargs="+", default=["eagle3", "medusa", "draft"], choices=sorted(RECORD))
     parser.add_argument("--per-category", type=int, default=2, help="benchmark prompts per category")
@@ -239,8 +239,8 @@ def main(argv=None) -> dict:
     import torch
 
     from ..models import load_model
-    from .claims import cpu_name
-    from .workloads import load_workloads
+    from ..measure.harness.claims import cpu_name
+    from ..measure.harness.workloads import load_workloads
 
     t0 = time.perf_counter()
     model, tok = load_model(dtype="fp32", device="cpu")
@@ -253,7 +253,7 @@ def main(argv=None) -> dict:
                                        head={"eagle3": args.eagle3, "pard": args.pard}.get(name))
     meta = {"cpu": cpu_name(), "torch": torch.__version__, "date": datetime.date.today().isoformat(),
             "per_category": args.per_category, "prompts": len(messages), "max_new_tokens": args.max_new_tokens,
-            "command": "python -m specdecode_ref.measure.served_drafters " + " ".join(
+            "command": "python -m specdecode_ref.serving.served_drafters " + " ".join(
                 shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)),
             "seconds": round(time.perf_counter() - t0, 1)}
     stored = {"meta": meta, "drafters": results}

@@ -39,12 +39,12 @@ sides' counts part from that step on.
 ``vllm_tail_cached`` the tokens vLLM cached past a response's end.
 
     from specdecode_ref import load_model
-    from specdecode_ref.measure.workloads import load_repeating
+    from specdecode_ref.measure.harness.workloads import load_repeating
     model, tok = load_model(dtype="fp32")
     result = compare_with_vllm(model, tok, load_repeating(per_family=2), max_new_tokens=48)
     summarize(result)                      # ours, vLLM as reported, vLLM within max_tokens
 
-    python -m specdecode_ref.measure.suffix_vllm --per-family 2 --max-new-tokens 48 \\
+    python -m specdecode_ref.serving.suffix_vllm --per-family 2 --max-new-tokens 48 \\
         --out specdecode_ref/data/measured/suffix_vllm.json
 
 The stored result (:func:`load_vllm_comparison`) lets a notebook show the table without vLLM.
@@ -179,7 +179,7 @@ def suffix_settings(settings: dict | None = None) -> tuple:
     """(keyword arguments for ``load_proposer("suffix", ...)``, vLLM's speculative config) for the
     same settings. settings: any of k, max_tree_depth, max_cached_requests, max_spec_factor,
     min_token_prob (vLLM's defaults otherwise; k defaults to max_tree_depth, as in vLLM)."""
-    from ..serving.vllm_runner import suffix_config
+    from .vllm_runner import suffix_config
 
     known = {"k", "max_tree_depth", "max_cached_requests", "max_spec_factor", "min_token_prob"}
     settings = dict(settings or {})
@@ -206,7 +206,7 @@ def run_vllm_stream(model_dir, prompts: list, max_tokens: int, speculative_confi
     import subprocess
     import tempfile
 
-    from ..serving import vllm_runner as V
+    from . import vllm_runner as V
 
     ids = V._check_job(model_dir, prompts, max_tokens, 2048, speculative_config, "run_vllm_stream")
     ok, why = V.vllm_available()
@@ -429,7 +429,7 @@ def request_table(result: dict):
 def load_vllm_comparison(path=None) -> dict:
     """The stored comparison (default ``data/measured/suffix_vllm.json``), as written by this
     module's command line: ``{"meta", "rows", "totals"}``. No vLLM needed."""
-    return load_stored(DEFAULT_PATH if path is None else path, "specdecode_ref.measure.suffix_vllm")
+    return load_stored(DEFAULT_PATH if path is None else path, "specdecode_ref.serving.suffix_vllm")
 
 
 def main(argv=None) -> dict:
@@ -437,7 +437,7 @@ def main(argv=None) -> dict:
     import datetime
     import shlex
 
-    parser = argparse.ArgumentParser(prog="python -m specdecode_ref.measure.suffix_vllm",
+    parser = argparse.ArgumentParser(prog="python -m specdecode_ref.serving.suffix_vllm",
                                      description="Our suffix decoding beside vLLM's, request by request.")
     parser.add_argument("--per-family", type=int, default=2, help="requests per family of the repeating stream")
     parser.add_argument("--max-new-tokens", type=int, default=48)
@@ -447,8 +447,8 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
 
     from .. import load_model
-    from .claims import cpu_name
-    from .workloads import load_repeating
+    from ..measure.harness.claims import cpu_name
+    from ..measure.harness.workloads import load_repeating
 
     t0 = time.perf_counter()
     model, tok = load_model(dtype="fp32", device="cpu")
@@ -459,7 +459,7 @@ def main(argv=None) -> dict:
     result["meta"].update(
         cpu=cpu_name(), torch=torch.__version__, torch_threads=torch.get_num_threads(),
         date=datetime.date.today().isoformat(), per_family=args.per_family,
-        command="python -m specdecode_ref.measure.suffix_vllm " + " ".join(
+        command="python -m specdecode_ref.serving.suffix_vllm " + " ".join(
             shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)))
     result["meta"]["seconds"]["command"] = round(time.perf_counter() - t0, 1)
     out = Path(args.out)

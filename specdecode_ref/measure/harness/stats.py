@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from scipy import stats as _scipy_stats
 
-from ..verify import rejection_sample
+from ...verify import rejection_sample
 
 
 @dataclass(frozen=True)
@@ -189,7 +189,7 @@ def first_token_counts(p, q=None, n: int = 20000, sampler: Callable = rejection_
 def acceptance_probability(p, q) -> float:
     """P(accept) = sum_x min(p(x), q(x)) = 1 - total variation distance(p, q) (for any non-negative
     vectors, normalised here; ``analysis.acceptance_with_q`` is the same for rows of distributions)."""
-    from ..analysis import acceptance_with_q
+    from ...analysis import acceptance_with_q
 
     return float(acceptance_with_q(_check_dist(p, "p"), _check_dist(q, "q")))
 

@@ -18,11 +18,11 @@ Also the cost curve T(n): the time of one target forward scoring n new tokens af
 context. Decoding is memory-bound, so T(n) grows slowly with n: verifying k drafted tokens costs
 about one plain step. Notebook 00 plots it; analysis.py turns it into a predicted speedup.
 
-Run ``python -m specdecode_ref.measure.bench --help``. From a notebook::
+Run ``python -m specdecode_ref.measure.harness.bench --help``. From a notebook::
 
     from specdecode_ref import load_model
-    from specdecode_ref.measure import bench
-    from specdecode_ref.measure.workloads import load_workloads
+    from specdecode_ref.measure.harness import bench
+    from specdecode_ref.measure.harness.workloads import load_workloads
     model, tok = load_model(dtype="fp32")
     df = bench.run_benchmark(model, tok, ["plain", "ngram"], load_workloads(per_category=2), 32)
     summary = bench.summarize(df); print(bench.format_tables(summary)); bench.plot_speedups(summary)
@@ -44,11 +44,11 @@ from typing import Callable
 
 import torch
 
-from .. import decoder, kv
-from ..engine import autoregressive_generate, eos_token_ids, generate
-from ..metrics import SpecStats
-from ..models import chat_ids
-from ..proposers import StandAside, available_proposers, load_proposer
+from ... import decoder, kv
+from ...engine import autoregressive_generate, eos_token_ids, generate
+from ...metrics import SpecStats
+from ...models import chat_ids
+from ...proposers import StandAside, available_proposers, load_proposer
 from . import protocol, timing
 from .timing import measure_cost_curve  # re-exported: bench.measure_cost_curve
 from .compare import first_mismatch  # re-exported: bench.first_mismatch
@@ -250,7 +250,7 @@ def run_benchmark(model, tokenizer, methods=DEFAULT_METHODS, workloads: dict | N
     workloads: ``{category: [{"id", "messages"}, ...]}`` from ``load_workloads`` (None = all 56).
     repeats: timed rounds per prompt, the methods in reverse order on every other round; with two
     or more, a method whose rounds disagree is re-timed and the run with the median time is kept
-    (``measure.protocol``). warmup: short untimed
+    (``measure.harness.protocol``). warmup: short untimed
     generations per method before its first timed run. k: drafted tokens per step (None = each
     method's default; a dict ``{method: k}`` sets it per method). reference: the method whose tokens the ``identical`` column compares with.
     method_options: ``{method: {option: value}}`` passed to that method (e.g. proposer_kwargs).
@@ -302,7 +302,7 @@ def run_benchmark(model, tokenizer, methods=DEFAULT_METHODS, workloads: dict | N
                 toks, secs, stats = runners[m](ids, max_new_tokens)
                 runs[m].append((toks, float(secs), stats))
 
-            for r in range(repeats):  # measure/protocol.py: interleaved rounds, alternating order
+            for r in range(repeats):  # measure/harness/protocol.py: interleaved rounds, alternating order
                 for m in protocol.order_of(methods, r):
                     run(m)
             for m in methods:  # a method whose rounds disagree is re-timed (protocol rule 3)
@@ -374,7 +374,7 @@ def summarize(df, reference: str = REFERENCE, intervals: bool = True, n_boot: in
     merged SpecStats (HF methods: NaN); identical = fraction of prompts whose output equals the
     reference's token for token. With ``intervals`` (and every method on every prompt): 95 %
     paired bootstrap intervals speedup_lo/hi and tau_lo/hi, and time per output token (vLLM's TPOT:
-    prefill left out) at the median, 90th and 99th percentile over prompts (``measure.intervals``).
+    prefill left out) at the median, 90th and 99th percentile over prompts (``measure.harness.intervals``).
     """
     import pandas as pd
 
@@ -588,7 +588,7 @@ def _csv(text: str) -> list:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m specdecode_ref.measure.bench",
+        prog="python -m specdecode_ref.measure.harness.bench",
         description="Time decoding methods on the same chat prompts; per-category tables, JSON/CSV and plots.")
     p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
                    help="comma-separated; registered methods or proposer names, NAME@K sets K for one "
@@ -625,13 +625,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def busy_machine_warning() -> str | None:
     """A warning line when other processes already load the CPUs, else None (see
-    :func:`specdecode_ref.measure.timing.check_quiet`, which samples CPU use for a second)."""
+    :func:`specdecode_ref.measure.harness.timing.check_quiet`, which samples CPU use for a second)."""
     return timing.busy_machine_warning()
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    from ..models import load_model
+    from ...models import load_model
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -657,8 +657,8 @@ def main(argv=None) -> int:
     if args.assistant_model is not None:
         assistant, _ = load_model(args.assistant_model, device=_device(model), dtype=model.dtype)
     elif any(parse_method(m)[0] == "hf-assisted" for m in methods):
-        from ..proposers.draft_model import load_draft_model
-        from ..proposers.shipped import is_embedded_target
+        from ...proposers.draft_model import load_draft_model
+        from ...proposers.shipped import is_embedded_target
 
         if not is_embedded_target(model):
             raise SystemExit("method hf-assisted needs --assistant-model NAME_OR_PATH")

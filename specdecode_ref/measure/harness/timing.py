@@ -23,7 +23,7 @@ from typing import Callable
 
 import torch
 
-from .. import kv
+from ... import kv
 
 BUSY_NOTICE = "NOTICE: BUSY MACHINE"  # the marker check_quiet prints (searchable in saved outputs)
 
