@@ -494,7 +494,7 @@ def run_cost_curve(cost_curve: dict, t1: float) -> Callable[[int, float], float]
     return lambda b, n: scale * step(b, n)
 
 
-def predicted_vs_measured(counters: dict, cost_curve: dict, reference: str = "plain"):
+def predicted_vs_measured(counters: dict, cost_curve: dict, reference: str = "plain", measured_on: dict | None = None):
     """The advisor's prediction for runs whose outcome is known: one row per method of
     ``counters`` (pooled over prompts, as ``measure.routing`` tables keep them), each predicted by
     :func:`advise` at the K it ran with, from its own counters and costs (:func:`run_costs`) and the
@@ -504,24 +504,32 @@ def predicted_vs_measured(counters: dict, cost_curve: dict, reference: str = "pl
     time per step outside them added to both sides (its own to each); measured: decode tokens per
     second over the reference's. The gap between the two predictions is what a forward-time model
     leaves out.
+
+    measured_on: the counters of another run of the same methods, on other prompts (a held-out
+    table). The prediction still comes from ``counters``; the measurement from ``measured_on``, so
+    the check is out of sample: nothing the prediction used was measured on the prompts it is
+    scored on. By default both come from ``counters`` (in sample).
     """
     import pandas as pd
 
+    scored = counters if measured_on is None else measured_on
     rows = []
     for name, c in counters.items():
         if name == reference or name.startswith("_") or not c.get("spec_decode_num_drafts"):
             continue
+        if name not in scored:
+            raise ValueError(f"{name!r} is not in the run to measure on (it has {sorted(scored)})")
         rc = run_costs(counters, name, reference)
         step = run_cost_curve(cost_curve, rc.t1)
         k = max(rc.profile.k, len(rc.profile.draft_length_counts or ()))
         bare = advise(rc.profile, cost=step, draft_cost=rc.draft, ks=[k], draft_step_cost=rc.draft_step)
         full = advise(rc.profile, cost=step, draft_cost=rc.draft, ks=[k], overhead=rc.overhead,
                       plain_overhead=rc.plain_overhead, draft_step_cost=rc.draft_step)
-        base = counters[reference]
-        measured = (c["emitted"] / (c["wall_time_s"] - c["prefill_time_s"])) / \
+        m, base = scored[name], scored[reference]
+        measured = (m["emitted"] / (m["wall_time_s"] - m["prefill_time_s"])) / \
             (base["emitted"] / (base["wall_time_s"] - base["prefill_time_s"]))
         rows.append({"method": name, "k": k, "k_mean": rc.profile.mean_draft_length,
-                     "drafting_share": rc.profile.drafting_share, "tau": c["emitted"] / c["steps"],
+                     "drafting_share": rc.profile.drafting_share, "tau": m["emitted"] / m["steps"],
                      "predicted": bare.speedup(1, k), "predicted_with_overheads": full.speedup(1, k),
                      "measured": measured})
     out = pd.DataFrame(rows)

@@ -183,6 +183,31 @@ def test_prediction_matches_a_run_whose_forwards_follow_the_curve():
     assert row.predicted_with_overheads == pytest.approx(row.measured) and row.predicted > row.measured
 
 
+def test_out_of_sample_check_predicts_from_one_run_and_measures_on_another():
+    """measured_on: the prediction comes from the fitting run's counters, the measurement from the
+    other run's. Planted twin: measuring on the fitting run itself (in sample)."""
+    T = lambda n: 0.01 * (1 + 0.05 * (n - 1))  # noqa: E731
+    curve = {"ns": list(range(1, 9)), "times_s": [T(n) for n in range(1, 9)]}
+    plain = {"steps": 100, "emitted": 100, "prefill_time_s": 0.1, "target_time_s": 0.1 + 100 * T(1),
+             "draft_time_s": 0.0, "wall_time_s": 0.1 + 100 * T(1), "spec_decode_num_drafts": 0}
+    spec = {"steps": 50, "emitted": 120, "spec_decode_num_drafts": 50, "spec_decode_num_draft_tokens": 150,
+            "spec_decode_num_accepted_tokens": 70, "spec_decode_num_accepted_tokens_per_pos": [40, 20, 10],
+            "draft_length_counts": [0, 0, 50], "prefill_time_s": 0.1, "target_time_s": 0.1 + 50 * T(4),
+            "draft_time_s": 50 * 0.002}
+    spec["wall_time_s"] = spec["target_time_s"] + spec["draft_time_s"]
+    fit = {"plain": plain, "spec": spec}
+    held = {"plain": plain, "spec": dict(spec, steps=60, emitted=120, target_time_s=0.1 + 60 * T(4),
+                                         wall_time_s=0.1 + 60 * (T(4) + 0.002))}  # held-out prompts accept less
+    inside = advisor.predicted_vs_measured(fit, curve).iloc[0]
+    outside = advisor.predicted_vs_measured(fit, curve, measured_on=held).iloc[0]
+    assert outside.predicted == pytest.approx(inside.predicted), "the prediction comes from the fitting run"
+    expected = (120 / (60 * (T(4) + 0.002))) / (100 / (100 * T(1)))
+    assert outside.measured == pytest.approx(expected) and outside.tau == pytest.approx(2.0)
+    assert outside.measured_over_predicted < 1 and inside.measured_over_predicted == pytest.approx(1)
+    with pytest.raises(ValueError, match="not in the run"):
+        advisor.predicted_vs_measured(fit, curve, measured_on={"plain": plain})
+
+
 def test_fitted_k_reads_this_machines_curve_once(tiny_model, tmp_path, monkeypatch):
     monkeypatch.setenv("SPECDECODE_CACHE", str(tmp_path))
     from specdecode_ref.measure.harness import timing
