@@ -25,16 +25,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from pathlib import Path
 from typing import Sequence
 
 from ..analysis import estimate_alpha
+from .harness import protocol
 
 DRAFTERS = ("ngram", "draft", "eagle", "hydra-chain")
 N_DOCS = (0, 2, 5, 11)
 TARGETS = (0, 1, 2, 3, 4, 5)  # summarisation passages: each is one cluster of correlated steps
+#: What the stored table holds instead of timings (``measure.harness.protocol.untimed``).
+UNTIMED = ("acceptance counts of greedy decoding (deterministic, so one run per prompt and drafter is exact); "
+           "no times are stored")
 STORED = Path(__file__).resolve().parent.parent / "data" / "measured" / "context_length.json"
 
 
@@ -67,16 +70,6 @@ def long_context_prompts(tokenizer, n_docs: Sequence[int] = N_DOCS, target: int 
         ids = chat_ids(tokenizer, [{"role": "user", "content": request}])
         out.append({"n_docs": n, "ids": ids, "context_tokens": int(ids.numel())})
     return out
-
-
-def wilson(successes: int, n: int, z: float = 1.96) -> tuple:
-    """Wilson score interval of a binomial rate (honest at small n and at rates near 0 or 1)."""
-    if n <= 0:
-        return float("nan"), float("nan")
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return centre - half, centre + half
 
 
 def acceptance_by_context(model, tokenizer, drafters: Sequence[str] = DRAFTERS, n_docs: Sequence[int] = N_DOCS,
@@ -235,7 +228,7 @@ def main(argv=None) -> int:
     print(summarize(df).round(3).to_string(index=False))
     print(decay(df).round(3).to_string(index=False))
     meta = {"machine": machine_line(model), "date": time.strftime("%Y-%m-%d"), "max_new_tokens": args.max_new_tokens,
-            "n_docs": ints(args.n_docs), "targets": ints(args.targets)}
+            "n_docs": ints(args.n_docs), "targets": ints(args.targets), **protocol.untimed(UNTIMED)}
     Path(args.out).write_text(json.dumps({"meta": meta, "rows": json.loads(df.to_json(orient="records"))}))
     print(f"saved {args.out}")
     return 0

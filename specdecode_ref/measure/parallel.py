@@ -23,6 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .harness.intervals import wilson
 from .routing import MEASURED_DIR, PLAIN, compare_choosers, evaluate, measure
 
 SPLITS = ("benchmark", "heldout")
@@ -74,14 +75,19 @@ def speedups(table: dict, n_boot: int = 2000, seed: int = 0):
 def per_position(table: dict, method: str) -> dict:
     """Acceptance at each draft position of ``method``, pooled over prompts: ``survival`` s_i
     (drafts whose first i+1 tokens were all kept, over drafts; vLLM's per-position metric) and
-    ``conditional`` a_i = s_i / s_{i-1} (kept at i given i-1 was kept)."""
+    ``conditional`` a_i = s_i / s_{i-1} (kept at i given i-1 was kept), with the counts behind it
+    (``reached``: drafts whose earlier positions were all kept; ``kept``: of those, kept here) and
+    its 95 % Wilson interval (``lo``, ``hi``): a deep position is reached by few drafts, so its rate
+    alone says little."""
     c = table["meta"]["counters"][method]
     drafts = c["spec_decode_num_drafts"]
-    per = np.asarray(c["spec_decode_num_accepted_tokens_per_pos"], dtype=float)
-    surv = per / max(drafts, 1)
-    prev = np.concatenate([[1.0], surv[:-1]])
-    cond = np.divide(surv, prev, out=np.full_like(surv, np.nan), where=prev > 0)
-    return {"survival": surv, "conditional": cond, "drafts": int(drafts)}
+    kept = np.asarray(c["spec_decode_num_accepted_tokens_per_pos"], dtype=int)
+    reached = np.concatenate([[drafts], kept[:-1]]).astype(int)
+    surv = kept / max(drafts, 1)
+    cond = np.divide(kept, reached, out=np.full(len(kept), np.nan), where=reached > 0)
+    bounds = np.array([wilson(int(k), int(n)) for k, n in zip(kept, reached)]).reshape(-1, 2)
+    return {"survival": surv, "conditional": cond, "drafts": int(drafts), "reached": reached, "kept": kept,
+            "lo": bounds[:, 0], "hi": bounds[:, 1]}
 
 
 def draft_costs(table: dict) -> "object":

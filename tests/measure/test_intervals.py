@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specdecode_ref.measure.harness import bench
+from specdecode_ref.measure.harness import bench, intervals
 from specdecode_ref.measure.harness.intervals import bootstrap_summary, contains_one
 
 
@@ -114,3 +114,11 @@ def test_tpot_leaves_the_prefill_out_when_it_is_known():
     assert out.loc[("qa", "fast")].tpot_p50_ms != pytest.approx(np.median(rows.seconds / rows.tokens * 1e3))
     plain = df[df.method == "plain"]  # no prefill known: the old definition
     assert out.loc[("qa", "plain")].tpot_p50_ms == pytest.approx(np.median(plain.seconds / plain.tokens * 1e3))
+
+
+def test_wilson_interval():
+    """Known values, and a rate of 0 keeps its upper bound honest (the normal approximation gives 0 to 0)."""
+    lo, hi = intervals.wilson(8, 10)
+    assert lo == pytest.approx(0.4902, abs=1e-4) and hi == pytest.approx(0.9433, abs=1e-4)
+    lo, hi = intervals.wilson(0, 20)
+    assert lo == pytest.approx(0.0, abs=1e-12) and 0.1 < hi < 0.2

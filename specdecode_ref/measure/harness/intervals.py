@@ -20,6 +20,8 @@ difference.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 OVERALL = "overall"
@@ -116,6 +118,18 @@ def bootstrap_summary(df, reference: str = REFERENCE, n_boot: int = 2000, confid
                          "tpot_p90_ms": float(np.percentile(tpot[i], 90)),
                          "tpot_p99_ms": float(np.percentile(tpot[i], 99))})
     return pd.DataFrame(rows)
+
+
+def wilson(successes: int, n: int, z: float = 1.96) -> tuple:
+    """Wilson score interval of a binomial rate, e.g. an acceptance rate at one draft position (kept
+    drafts over drafts that reached it). Honest at small n and at rates near 0 or 1, where the
+    normal approximation gives bounds outside [0, 1]; (nan, nan) when nothing was tested."""
+    if n <= 0:
+        return float("nan"), float("nan")
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def contains_one(lo: float, hi: float) -> bool:
