@@ -40,6 +40,7 @@ from pathlib import Path
 
 from .suffix_vllm import (COUNTERS, SIDE_NAMES, SIDES, first_difference, load_stored, recount, run_vllm_stream,
                           steps_within)
+from .suffix_vllm import UNTIMED
 from .suffix_vllm import totals as _totals
 
 DEFAULT_PATH = Path(__file__).resolve().parents[1] / "data" / "measured" / "served_drafters.json"
@@ -224,6 +225,8 @@ def main(argv=None) -> dict:
     import datetime
     import shlex
 
+    from ..measure.harness.protocol import untimed
+
     parser = argparse.ArgumentParser(prog="python -m specdecode_ref.serving.served_drafters",
                                      description="Our trained drafters served in vLLM beside our engine.")
     parser.add_argument("--drafters", nargs="+", default=["eagle3", "medusa", "draft"], choices=sorted(RECORD))
@@ -255,7 +258,7 @@ def main(argv=None) -> dict:
             "per_category": args.per_category, "prompts": len(messages), "max_new_tokens": args.max_new_tokens,
             "command": "python -m specdecode_ref.serving.served_drafters " + " ".join(
                 shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)),
-            "seconds": round(time.perf_counter() - t0, 1)}
+            "seconds": round(time.perf_counter() - t0, 1), **untimed(UNTIMED)}
     stored = {"meta": meta, "drafters": results}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -59,6 +59,9 @@ import sys
 import time
 from pathlib import Path
 
+#: What the stored side-by-side holds instead of timings (``measure.harness.protocol.untimed``).
+UNTIMED = ("both engines' counters and outputs, one request at a time, greedy; the seconds record how long the "
+           "run took, not a comparison of speed")
 DEFAULT_PATH = Path(__file__).resolve().parents[1] / "data" / "measured" / "suffix_vllm.json"
 SIDES = ("ours", "vllm", "vllm_within")  # vllm: as vLLM reports; vllm_within: recounted within max_tokens
 SIDE_NAMES = {"ours": "ours", "vllm": "vLLM (as reported)", "vllm_within": "vLLM within max_tokens"}
@@ -304,6 +307,7 @@ def compare_with_vllm(model, tokenizer, stream_messages: list, max_new_tokens: i
     """
     from .. import chat_ids
     from ..engine import autoregressive_generate, generate
+    from ..measure.harness.protocol import untimed
     from ..models import EMBEDDED, cache_dir
     from ..proposers import load_proposer
 
@@ -371,7 +375,8 @@ def compare_with_vllm(model, tokenizer, stream_messages: list, max_new_tokens: i
             "speculative_config": config, "ours": repr(P), "vllm_warmup": bool(vllm_warmup),
             "vllm_version": served.get("vllm_version"), "arctic_inference": served.get("arctic_inference"),
             "seconds": {"vllm_job": round(vllm_s, 1), "vllm_startup": round(served["startup_s"], 1),
-                        "vllm_stream": round(served["total_s"], 1), "ours_with_plain": round(ours_s, 1)}}
+                        "vllm_stream": round(served["total_s"], 1), "ours_with_plain": round(ours_s, 1)},
+            **untimed(UNTIMED)}
     return {"meta": meta, "rows": rows, "totals": totals(rows)}
 
 

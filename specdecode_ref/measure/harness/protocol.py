@@ -73,6 +73,12 @@ def record(load, t1_s: float, rounds: int = ROUNDS) -> dict:
             "date": time.strftime("%Y-%m-%d")}
 
 
+def untimed(what: str) -> dict:
+    """The protocol section of a stored table that holds no timings to compare (counts, outputs),
+    saying what it holds instead, so that every table states how it was taken."""
+    return {"protocol": f"no timings compared: {what}"}
+
+
 def t1_of(meta: dict) -> float:
     """A table's T(1): recorded by this protocol, or plain decoding's decode time per step from its
     pooled counters (tables from ``measure.routing`` and ``measure.parallel``)."""
