@@ -242,6 +242,8 @@ def _size_words(name: str, size: int) -> str:
 
     if size == 0:
         return "standing aside (drafting nothing)"
+    if name in LOOKUPS:  # a lookup drafts what follows its match, so its size is a cap, not a length
+        return f"at up to {plural(size, 'drafted token')} per step"
     return "at " + (plural(size, "node") if name in TREES else f"{plural(size, 'token')} per step")
 
 
@@ -268,6 +270,18 @@ def describe_check(check: dict, name: str) -> str:
     return (text + f", against {times(f['decode'][0])} ({interval_bounds(f['decode'][1], f['decode'][2])}×) "
             f"{_size_words(name, f['size'])}, the old fixed size: {chosen} is {word} it, {times(ratio)} "
             f"(95 % interval {interval_bounds(lo, hi)}×, paired by prompt).")
+
+
+def resolution_words(check: dict, names: Sequence[str]) -> str:
+    """What a stored check's prompts can resolve: half the width of the widest decode interval among
+    ``names``, so that a notebook says how fine a difference its stored figures can tell apart,
+    rather than asserting that they are enough."""
+    from .harness.claims import pct
+
+    half = max((check["methods"][n]["decode"][2] - check["methods"][n]["decode"][1]) / 2 for n in names)
+    return (f"Its {check['meta']['prompts']} prompts pin {'this decode speedup' if len(names) == 1 else 'these decode speedups'} "
+            f"to about ±{pct(half)} (half the widest interval): a difference smaller than that is beyond this check, and "
+            "far beyond a live run on a few prompts.")
 
 
 def load_table(path=None) -> dict:

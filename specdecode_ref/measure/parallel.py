@@ -24,6 +24,7 @@ from typing import Sequence
 import numpy as np
 
 from .harness.intervals import wilson
+from .harness.protocol import decode_t1
 from .routing import MEASURED_DIR, PLAIN, compare_choosers, evaluate, measure
 
 SPLITS = ("benchmark", "heldout")
@@ -98,7 +99,7 @@ def draft_costs(table: dict) -> "object":
 
     counters = table["meta"]["counters"]
     base = counters[PLAIN]
-    t1 = (base["target_time_s"] - base["prefill_time_s"]) / base["steps"]
+    t1 = decode_t1(base)
     rows = []
     for m in table["meta"]["methods"]:
         if m == PLAIN:

@@ -60,6 +60,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..analysis import break_even_alpha
+from ..measure.harness.protocol import decode_t1
 from ..metrics import SpecStats
 from .metrics import ACCEPTED_PER_POS, ACCEPTED_TOKENS, DRAFT_TOKENS, DRAFTS
 from .policies import roofline_cost, surface_cost
@@ -467,7 +468,7 @@ def run_costs(counters: dict, name: str, reference: str = "plain") -> RunCosts:
     def overhead(x):  # clipped at 0: a method with no time outside the forward and drafter rounds to -1e-19
         return max(0.0, (x["wall_time_s"] - x["target_time_s"] - x["draft_time_s"]) / x["steps"])
 
-    t1 = (base["target_time_s"] - base["prefill_time_s"]) / base["steps"]
+    t1 = decode_t1(base)
     if is_parallel(name):
         return RunCosts(AcceptanceProfile.from_counters(c), t1, 0.0, overhead(c), overhead(base),
                         c["draft_time_s"] / max(c["spec_decode_num_drafts"], 1))

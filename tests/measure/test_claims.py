@@ -142,3 +142,12 @@ def test_a_level_verdict_that_rests_on_the_band_says_so():
     assert c.phrase(level="level") == "level (within ±2 %)"
     noisy = compare_paired(*_paired(1.0, n=8, noise=0.2, seed=5))
     assert not noisy.within_band and noisy.phrase() == "level with it within noise"
+
+
+def test_too_few_pairs_give_no_verdict_and_the_phrase_says_so():
+    """One prompt has no interval, so "level within noise" would claim a noise estimate that does not
+    exist; the phrase says there is no verdict instead, even when the one ratio is far from 1."""
+    c = compare_paired([0.43], [1.0])
+    assert c.verdict == "level" and c.phrase() == "level with it (1 prompt: no interval, so no verdict)"
+    assert c.phrase(level="level") == "level (1 prompt: no interval, so no verdict)"
+    assert "within noise" not in c.phrase(level="level within noise with")

@@ -128,7 +128,12 @@ class Comparison:
     def phrase(self, better: str = "faster", worse: str = "slower",
                level: str = "level with it within noise") -> str:
         """The word the data supports: ``better``, ``worse`` or ``level``. A level verdict that rests
-        on the band says so: "within noise" becomes "within ±2 %" (or the band is appended)."""
+        on the band says so: "within noise" becomes "within ±2 %" (or the band is appended). With
+        fewer than ``MIN_PAIRS`` pairs there is no interval and so no verdict, and the phrase says
+        that instead of "within noise" (there is no noise estimate to be within)."""
+        if self.n < MIN_PAIRS:
+            none = f"({plural(self.n, self.unit)}: no interval, so no verdict)"
+            return level.replace("within noise", none) if "within noise" in level else f"{level} {none}"
         if self.within_band:
             band = f"within ±{pct(self.tolerance)}"
             return level.replace("within noise", band) if "within noise" in level else f"{level} ({band})"

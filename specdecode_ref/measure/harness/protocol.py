@@ -79,15 +79,20 @@ def untimed(what: str) -> dict:
     return {"protocol": f"no timings compared: {what}"}
 
 
+def decode_t1(plain: dict) -> float:
+    """The T(1) a run measured: plain decoding's seconds per decode step from its pooled counters
+    (target time with the prefill left out, over steps), the unit every cost in a table is read in."""
+    return (plain["target_time_s"] - plain["prefill_time_s"]) / plain["steps"]
+
+
 def t1_of(meta: dict) -> float:
-    """A table's T(1): recorded by this protocol, or plain decoding's decode time per step from its
-    pooled counters (tables from ``measure.routing`` and ``measure.parallel``)."""
+    """A table's T(1): recorded by this protocol, or :func:`decode_t1` of its plain-decoding counters."""
     if "t1_s" in meta:
         return float(meta["t1_s"])
     plain = meta.get("counters", {}).get("plain")
     if plain is None:
         raise ValueError("the table records no T(1) and no plain-decoding counters to derive it from")
-    return (plain["target_time_s"] - plain["prefill_time_s"]) / plain["steps"]
+    return decode_t1(plain)
 
 
 def comparable(a: dict, b: dict) -> tuple:
