@@ -154,10 +154,11 @@ def run_hf_prompt_lookup(model, input_ids, max_new_tokens, k=None, **_):
 def run_hf_assisted(model, input_ids, max_new_tokens, k=None, assistant_model=None, **_):
     """Hugging Face assisted generation with a separate draft model (``assistant_model=``).
 
-    With ``k`` the assistant drafts exactly k tokens per step (constant schedule), so it can be
-    compared with the engine's draft-model proposer at the same K; without ``k`` HF's own adaptive
-    defaults apply. HF's default "heuristic" schedule would otherwise carry K over between calls,
-    making repeats depend on each other.
+    With ``k`` the assistant drafts at most k tokens per step (constant schedule), so it can be
+    compared with the engine's draft-model proposer at the same K; like every HF schedule it still
+    stops a draft early once the draft's top probability falls below
+    ``assistant_confidence_threshold``. Without ``k`` the assistant's generation config decides; a
+    "heuristic" schedule there would carry K over between calls, making repeats depend on each other.
     """
     if assistant_model is None:
         raise ValueError("method 'hf-assisted' needs a draft model: pass assistant_model=... "
