@@ -23,6 +23,7 @@ import torch
 
 from ..batch import validate_prompts
 from ..engine import check_positive_int
+from ..measure.harness import protocol
 from ..proposers.batch import fork
 from .policies import POLICIES, make_policy
 from .scheduler import Scheduler, poisson_arrivals
@@ -123,14 +124,15 @@ def run_sweep(model, prompts, loads=(1, 4, 16), policies=POLICIES, k: int = 4, m
 
     loads, policies, prompts = check_sweep(model, prompts, loads, policies, k, max_new_tokens, repeats, proposer,
                                            **run_kwargs)  # clear errors before any work
-    if warmup:  # one-time costs (allocator, kernels) stay out of the first timed run
-        run_once(model, prompts[:1], "on" if "on" in policies else policies[0], 1, proposer, k, min(max_new_tokens, 8),
-                 **run_kwargs)
+    if warmup:  # one-time costs (allocator, kernels) stay out of every policy's first timed run
+        for policy in policies:
+            run_once(model, prompts[:1], policy, 1, proposer, k, min(max_new_tokens, 8), **run_kwargs)
     rows = []
     for r in range(repeats):
-        for load in loads:
+        for li, load in enumerate(loads):
             outputs = {}
-            for policy in policies:
+            # measure/harness/protocol.py: the order alternates, so no policy always runs first at a load
+            for policy in protocol.order_of(policies, r + li):
                 row = run_once(model, prompts, policy, load, proposer, k, max_new_tokens, **run_kwargs)
                 outputs[policy] = row.pop("outputs")
                 row["repeat"] = r
