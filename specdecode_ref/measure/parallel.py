@@ -2,9 +2,10 @@
 
 The sequential draft model (``draft``) pays one draft forward per drafted token; the parallel
 drafter (``pard``), the same four layers adapted to mask tokens, pays one forward per step. Both
-are timed at several K beside plain decoding, interleaved prompt by prompt, with the routing
-tables' protocol (``measure.routing.measure``: 48 new tokens, greedy, per-prompt timings, pooled
-counters, the machine's cost curve)::
+are timed at several K beside plain decoding by ``measure.routing.measure``, under the course's
+timing protocol (``measure.harness.protocol``: interleaved per prompt, two rounds in alternating
+order, spikes re-timed), 48 new tokens, greedy, with per-prompt timings, pooled counters and the
+machine's cost curve::
 
     python -m specdecode_ref.measure.parallel --split benchmark --dtype fp32
     python -m specdecode_ref.measure.parallel --split heldout --dtype fp32
