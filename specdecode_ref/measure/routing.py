@@ -170,11 +170,14 @@ def with_method_from(table: dict, other: dict, method: str, name: str | None = N
     another run) added as ``name`` (default: ``method``). Its seconds on each prompt are scaled by
     the two runs' plain-decoding times on that prompt, so its speedup over plain is the one its own
     run measured, now against this table's plain decoding; tokens, τ and prefill come as measured.
-    Two runs' drift then enters only through the ratio of their plain timings, prompt by prompt."""
+    Two runs' drift then enters only through the ratio of their plain timings, prompt by prompt, and
+    two runs on different setups, or at speeds more than ``protocol.COMPARABLE_T1`` apart, are
+    refused (``protocol.require_comparable``)."""
     import copy
 
     name = method if name is None else name
     _check_methods(other, [method, PLAIN])
+    protocol.require_comparable(table["meta"], other["meta"])
     if name in table["meta"]["methods"]:
         raise ValueError(f"the table already has {name!r}")
     theirs = {p["id"]: p for p in other["prompts"]}

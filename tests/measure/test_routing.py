@@ -69,12 +69,14 @@ def test_bad_choices_are_refused():
 
 
 def test_a_method_from_another_run_keeps_its_own_speedup_over_plain():
-    """A method timed in another run (whose machine was twice as slow) joins the table with the
+    """A method timed in another run (whose machine ran 8 % slower) joins the table with the
     speedup over plain that its own run measured, prompt by prompt; scaling by the other run's
-    absolute seconds instead (the planted slip) would halve it."""
+    absolute seconds instead (the planted slip) would shrink it by that 8 %. A run at twice the
+    time per step is refused: its figures cannot be set beside this table's."""
     t, other = table(seed=0), table(seed=0)
+    t["meta"]["t1_s"], other["meta"]["t1_s"] = 0.020, 0.0216
     for p in other["prompts"]:
-        p["seconds"] = {m: 2 * s for m, s in p["seconds"].items()}
+        p["seconds"] = {m: 1.08 * s for m, s in p["seconds"].items()}
         p["seconds"]["pard"] = p["seconds"]["plain"] / 1.3
         p["tokens"]["pard"] = 40
         p["tau"]["pard"] = 1.5
@@ -86,7 +88,10 @@ def test_a_method_from_another_run_keeps_its_own_speedup_over_plain():
     slip = routing.evaluate({**merged, "prompts": [{**p, "seconds": {**p["seconds"], "pard": q["seconds"]["pard"]}}
                                                    for p, q in zip(merged["prompts"], other["prompts"])]},
                             {"pard": ["pard"] * 12}).set_index("chooser")
-    assert slip.loc["pard", "speedup"] == pytest.approx(0.65)
+    assert slip.loc["pard", "speedup"] == pytest.approx(1.3 / 1.08)
     assert routing.best_single(merged, METHODS + ["pard"]) == "pard" and "pard" not in t["meta"]["methods"]
     with pytest.raises(ValueError, match="already has"):
         routing.with_method_from(merged, other, "pard")
+    slow = {**other, "meta": {**other["meta"], "t1_s": 0.040}}
+    with pytest.raises(ValueError, match="cannot be compared"):
+        routing.with_method_from(t, slow, "pard")
