@@ -60,6 +60,7 @@ def rounds_as_scheduled(monkeypatch):
     from specdecode_ref.measure.harness import protocol
 
     monkeypatch.setattr(protocol, "wants_another_round", lambda seconds: False)
+    monkeypatch.setattr(protocol, "outliers", lambda kept: [])
 
 
 def test_run_interleaved_runs_every_method_on_every_prompt_in_order(tiny_model, rounds_as_scheduled):
@@ -197,6 +198,7 @@ def test_a_method_whose_rounds_disagree_is_timed_again(tiny_model, monkeypatch, 
         return twin is None and len(asked) == 1  # method "a" once, after its two scheduled rounds
 
     monkeypatch.setattr(protocol, "wants_another_round", disagree_once)
+    monkeypatch.setattr(protocol, "outliers", lambda kept: [])
     order = []
 
     class Named(NgramProposer):

@@ -39,3 +39,24 @@ def test_tables_are_compared_or_refused():
     assert protocol.t1_of(counters) == pytest.approx(0.020)
     with pytest.raises(ValueError, match="no T\\(1\\)"):
         protocol.t1_of({"machine": "m"})
+
+
+def check_outliers(outliers):
+    assert outliers({"plain": 1.0, "ngram": 0.8, "draft": 0.95, "eagle": 2.4}) == ["eagle"], \
+        "a method far above the prompt's median over methods is re-timed"
+    assert outliers({"plain": 1.0, "ngram": 0.8, "draft": 1.3}) == [], "an ordinary spread is left alone"
+    assert outliers({"plain": 1.0, "ngram": 3.0}) == [], "two methods have no median to judge a spike by"
+
+
+def test_outliers_against_the_prompts_other_methods():
+    check_outliers(protocol.outliers)
+
+
+@pytest.mark.parametrize("twin", ["never", "against_the_fastest"])
+def test_outlier_twins_are_caught(twin):
+    """Planted twins: a rule that never flags, and one that judges against the fastest method (which
+    would re-time every drafter slower than n-gram lookup)."""
+    wrong = (lambda kept: []) if twin == "never" else (
+        lambda kept: [m for m, s in kept.items() if len(kept) >= 3 and s > protocol.OUTLIER_FACTOR * min(kept.values())])
+    with pytest.raises(AssertionError):
+        check_outliers(wrong)

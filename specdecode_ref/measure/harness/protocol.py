@@ -12,6 +12,10 @@ decides whether the ratio means anything. Every runner that times methods agains
    over the fastest), one more round of that method is taken, up to ``MAX_ROUNDS``. The run kept is
    the one with the median time (the lower middle for an even count), so a single spike is never
    the figure, and two rounds that agree keep the faster.
+   **Outliers.** Two rounds can both be slow (a minute of other work spans them). So when a method's
+   kept time on a prompt lies more than ``OUTLIER_FACTOR`` above the median of all the methods' kept
+   times there, that method gets more rounds too, up to ``MAX_ROUNDS``. A method that really is that
+   slow keeps its time: the extra rounds only confirm it.
 4. **Quietness.** The machine's load just before the run is recorded with the table
    (``timing.sample_load``); a busy machine is named, not hidden.
 5. **T(1).** Every table records the one-token forward of its own run (plain decoding's decode time
@@ -27,6 +31,7 @@ from typing import Sequence
 ROUNDS = 2
 MAX_ROUNDS = 4
 SPIKE_FACTOR = 1.25
+OUTLIER_FACTOR = 1.5
 COMPARABLE_T1 = 0.10
 
 
@@ -52,6 +57,16 @@ def wants_another_round(seconds: Sequence[float]) -> bool:
     return spiked(seconds) and len(seconds) < MAX_ROUNDS
 
 
+def outliers(kept: dict) -> list:
+    """Rule 3, outliers: the methods whose kept time on a prompt lies more than ``OUTLIER_FACTOR``
+    above the median of every method's kept time there. With fewer than three methods the median
+    cannot tell a spike from a real difference, so nothing is flagged."""
+    if len(kept) < 3:
+        return []
+    median = statistics.median(kept.values())
+    return [m for m, s in kept.items() if s > OUTLIER_FACTOR * median]
+
+
 def kept_index(seconds: Sequence[float]) -> int:
     """Which round is kept: the one with the median time (the lower middle for an even count)."""
     median = statistics.median_low(seconds)
@@ -61,14 +76,16 @@ def kept_index(seconds: Sequence[float]) -> int:
 def describe(rounds: int = ROUNDS) -> str:
     """The protocol in one line, stored with every table."""
     return (f"methods interleaved per prompt; {rounds} rounds, every other in reverse order; a method whose rounds "
-            f"on a prompt differ by more than {SPIKE_FACTOR:g}x is re-timed (up to {MAX_ROUNDS} rounds); the run "
-            "with the median time is kept (the lower middle of an even count)")
+            f"on a prompt differ by more than {SPIKE_FACTOR:g}x, or whose kept run lies more than {OUTLIER_FACTOR:g}x "
+            f"above the prompt's median over methods, is re-timed (up to {MAX_ROUNDS} rounds); the run with the median "
+            "time is kept (the lower middle of an even count)")
 
 
 def record(load, t1_s: float, rounds: int = ROUNDS) -> dict:
     """The protocol section of a stored table: the rules, the machine's load before the run (a
     ``timing.MachineLoad``) and the run's T(1) in seconds."""
     return {"protocol": describe(rounds), "rounds": rounds, "spike_factor": SPIKE_FACTOR,
+            "outlier_factor": OUTLIER_FACTOR,
             "load_before": load.describe(), "busy_before": bool(load.busy), "t1_s": float(t1_s),
             "date": time.strftime("%Y-%m-%d")}
 
