@@ -148,6 +148,9 @@ def test_too_few_pairs_give_no_verdict_and_the_phrase_says_so():
     """One prompt has no interval, so "level within noise" would claim a noise estimate that does not
     exist; the phrase says there is no verdict instead, even when the one ratio is far from 1."""
     c = compare_paired([0.43], [1.0])
-    assert c.verdict == "level" and c.phrase() == "level with it (1 prompt: no interval, so no verdict)"
-    assert c.phrase(level="level") == "level (1 prompt: no interval, so no verdict)"
-    assert "within noise" not in c.phrase(level="level within noise with")
+    assert c.verdict == "level" and c.phrase() == "not told apart from it (1 prompt: no interval)"
+    assert c.phrase(level="level") == "not told apart (1 prompt: no interval)"
+    assert c.phrase(level="level within noise with") == "not told apart from (1 prompt: no interval)"
+    assert c.phrase(level="leaves TPOT level within noise") == "leaves TPOT level (1 prompt: no interval)"
+    assert c.phrase(level="level within noise") == "not told apart (1 prompt: no interval)"
+    assert "level" not in compare_paired([1.0, 1.2], [1.0, 1.0]).phrase(level="level with plain decoding within noise")

@@ -131,9 +131,13 @@ class Comparison:
         on the band says so: "within noise" becomes "within ±2 %" (or the band is appended). With
         fewer than ``MIN_PAIRS`` pairs there is no interval and so no verdict, and the phrase says
         that instead of "within noise" (there is no noise estimate to be within)."""
-        if self.n < MIN_PAIRS:
-            none = f"({plural(self.n, self.unit)}: no interval, so no verdict)"
-            return level.replace("within noise", none) if "within noise" in level else f"{level} {none}"
+        if self.n < MIN_PAIRS:  # no interval: not "level", which would claim a noise estimate
+            none = f"({plural(self.n, self.unit)}: no interval)"
+            for old, new in (("level within noise with", "not told apart from"), ("level within noise", "not told apart"),
+                             ("level with", "not told apart from"), ("level", "not told apart")):
+                if level.startswith(old):
+                    return f"{new}{level[len(old):].replace(' within noise', '')} {none}"
+            return f"{level.replace(' within noise', '')} {none}"
         if self.within_band:
             band = f"within ±{pct(self.tolerance)}"
             return level.replace("within noise", band) if "within noise" in level else f"{level} ({band})"
