@@ -66,13 +66,13 @@ def best_single(table, candidates):
 
 
 # --- my router -----------------------------------------------------------------------------------
-# Looking at the benchmark table, the category says most: on some categories prompt lookup wins
-# most prompts, on others plain decoding does, and the text features separate them less well. So
-# for a category the benchmark has, I pick the candidate with the best pooled speed over that
-# category's benchmark prompts (pooled, so a few noisy prompts do not decide alone). For a category
-# it has never seen I fall back to the K nearest benchmark prompts: each prompt becomes a short
-# vector (the four text features and the first few principal components of the hidden state, each
-# standardised on the benchmark prompts), and I pick the best pooled speed over the K nearest.
+# A prompt's category is how the benchmark was built, not something a deployed router can trust
+# (a new request may belong to no category, or to one the table labels differently), and routing
+# by it memorises the benchmark's grouping. So every prompt is routed by the K nearest benchmark
+# prompts: each prompt becomes a short vector (the four text features and the first few principal
+# components of the hidden state, each standardised on the benchmark prompts), and I pick the
+# candidate with the best pooled speed over the K nearest (pooled, so a few noisy prompts do not
+# decide alone).
 
 K_NEIGHBOURS = 7
 N_COMPONENTS = 3
@@ -96,15 +96,11 @@ def fit_router(table, candidates):
     prompts = table["prompts"]
     tokens = np.array([[p["tokens"][c] for c in candidates] for p in prompts], dtype=float)
     seconds = np.array([[p["seconds"][c] for c in candidates] for p in prompts], dtype=float)
-    categories = np.array([p["category"] for p in prompts])
-    by_category = {cat: _best_pooled(tokens[categories == cat], seconds[categories == cat], candidates)
-                   for cat in sorted(set(categories))}
-
     feats = [p["features"] for p in prompts]
     hidden = np.array([f["hidden"] for f in feats], dtype=float)
     hidden_mean = hidden.mean(axis=0)
     _, _, vt = np.linalg.svd(hidden - hidden_mean, full_matrices=False)
-    model = {"candidates": candidates, "by_category": by_category, "hidden_mean": hidden_mean,
+    model = {"candidates": candidates, "hidden_mean": hidden_mean,
              "components": vt[:N_COMPONENTS].T, "mean": 0.0, "scale": 1.0, "tokens": tokens, "seconds": seconds}
     x = _vectors(feats, model)
     model["mean"], model["scale"] = x.mean(axis=0), x.std(axis=0) + 1e-9
@@ -113,8 +109,6 @@ def fit_router(table, candidates):
 
 
 def route(router, features):
-    if features.get("category") in router["by_category"]:
-        return router["by_category"][features["category"]]
     x = _vectors([features], router)[0]
     near = np.argsort(np.sum((router["x"] - x) ** 2, axis=1), kind="stable")[:K_NEIGHBOURS]
     return _best_pooled(router["tokens"][near], router["seconds"][near], router["candidates"])

@@ -48,4 +48,4 @@ def test_every_notebook_that_loads_the_model_is_sized(path):
     make test's small run stays small as notebooks are added."""
     code = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code")
     if "load_model(" in code:
-        assert re.search(r"from specdecode_ref\.measure\.run_size import [^\n]*\bsize\b", code) and "size(" in code
+        assert re.search(r"from specdecode_ref\.measure\.harness\.run_size import [^\n]*\bsize\b", code) and "size(" in code
