@@ -166,20 +166,21 @@ def test_a_repeat_does_not_let_suffix_decoding_draft_its_own_first_answer(tiny_m
     assert again.stats.steps < first.stats.steps  # what the repeats would have measured without the copy
 
 
+def _named(label, order):
+    """An n-gram proposer that appends ``label`` to ``order`` each time a run begins."""
+    class Named(NgramProposer):
+        def begin(self, state):
+            order.append(label)
+            super().begin(state)
+
+    return Named(k=2)
+
+
 def test_repeats_alternate_the_order_of_the_methods(tiny_model, rounds_as_scheduled):
     """Every other repeat runs the methods in reverse, so no method always runs first on a prompt."""
     order = []
 
-    class Named(NgramProposer):
-        def __init__(self, label):
-            super().__init__(k=2)
-            self.label = label
-
-        def begin(self, state):
-            order.append(self.label)
-            super().begin(state)
-
-    run_interleaved(tiny_model, [torch.tensor([1, 2, 3, 1, 2])], {"a": Named("a"), "b": Named("b")},
+    run_interleaved(tiny_model, [torch.tensor([1, 2, 3, 1, 2])], {"a": _named("a", order), "b": _named("b", order)},
                     max_new_tokens=4, warmup=0, repeats=3)
     assert order == ["a", "b", "b", "a", "a", "b"]
 
@@ -201,16 +202,7 @@ def test_a_method_whose_rounds_disagree_is_timed_again(tiny_model, monkeypatch, 
     monkeypatch.setattr(protocol, "outliers", lambda kept: [])
     order = []
 
-    class Named(NgramProposer):
-        def __init__(self, label):
-            super().__init__(k=2)
-            self.label = label
-
-        def begin(self, state):
-            order.append(self.label)
-            super().begin(state)
-
-    res = run_interleaved(tiny_model, [torch.tensor([1, 2, 3, 1, 2])], {"a": Named("a"), "b": Named("b")},
+    res = run_interleaved(tiny_model, [torch.tensor([1, 2, 3, 1, 2])], {"a": _named("a", order), "b": _named("b", order)},
                           max_new_tokens=4, warmup=0, repeats=2)
     retimed = order == ["a", "b", "b", "a", "a"]
     assert retimed == (twin is None), order

@@ -161,10 +161,9 @@ def test_bad_counters_are_refused():
     assert later.difference(profile) == AcceptanceProfile(20, 80, 20, (12, 8))
 
 
-def test_prediction_matches_a_run_whose_forwards_follow_the_curve():
-    """Forward times exactly on the cost curve, drafting timed, no other overhead: the predicted
-    decode speedup is the measured one; a 1 ms per step overhead moves both sides alike only in the
-    prediction that includes it."""
+def _run_on_the_curve():
+    """A synthetic cost curve T(n) and the pooled counters of a plain run and a speculative run whose
+    forwards take exactly T(n) and whose drafting takes 2 ms per step: (T, curve, plain, spec)."""
     T = lambda n: 0.01 * (1 + 0.05 * (n - 1))  # noqa: E731
     curve = {"ns": list(range(1, 9)), "times_s": [T(n) for n in range(1, 9)]}
     plain = {"steps": 100, "emitted": 100, "prefill_time_s": 0.1, "target_time_s": 0.1 + 100 * T(1),
@@ -174,6 +173,14 @@ def test_prediction_matches_a_run_whose_forwards_follow_the_curve():
             "draft_length_counts": [0, 0, 50],
             "prefill_time_s": 0.1, "target_time_s": 0.1 + 50 * T(4), "draft_time_s": 50 * 0.002}
     spec["wall_time_s"] = spec["target_time_s"] + spec["draft_time_s"]
+    return T, curve, plain, spec
+
+
+def test_prediction_matches_a_run_whose_forwards_follow_the_curve():
+    """Forward times exactly on the cost curve, drafting timed, no other overhead: the predicted
+    decode speedup is the measured one; a 1 ms per step overhead moves both sides alike only in the
+    prediction that includes it."""
+    T, curve, plain, spec = _run_on_the_curve()
     row = advisor.predicted_vs_measured({"plain": plain, "spec": spec}, curve).iloc[0]
     expected = (120 / (50 * T(4) + 50 * 0.002)) / (100 / (100 * T(1)))
     assert row.measured == pytest.approx(expected) and row.predicted == pytest.approx(expected)
@@ -186,15 +193,7 @@ def test_prediction_matches_a_run_whose_forwards_follow_the_curve():
 def test_out_of_sample_check_predicts_from_one_run_and_measures_on_another():
     """measured_on: the prediction comes from the fitting run's counters, the measurement from the
     other run's. Planted twin: measuring on the fitting run itself (in sample)."""
-    T = lambda n: 0.01 * (1 + 0.05 * (n - 1))  # noqa: E731
-    curve = {"ns": list(range(1, 9)), "times_s": [T(n) for n in range(1, 9)]}
-    plain = {"steps": 100, "emitted": 100, "prefill_time_s": 0.1, "target_time_s": 0.1 + 100 * T(1),
-             "draft_time_s": 0.0, "wall_time_s": 0.1 + 100 * T(1), "spec_decode_num_drafts": 0}
-    spec = {"steps": 50, "emitted": 120, "spec_decode_num_drafts": 50, "spec_decode_num_draft_tokens": 150,
-            "spec_decode_num_accepted_tokens": 70, "spec_decode_num_accepted_tokens_per_pos": [40, 20, 10],
-            "draft_length_counts": [0, 0, 50], "prefill_time_s": 0.1, "target_time_s": 0.1 + 50 * T(4),
-            "draft_time_s": 50 * 0.002}
-    spec["wall_time_s"] = spec["target_time_s"] + spec["draft_time_s"]
+    T, curve, plain, spec = _run_on_the_curve()
     fit = {"plain": plain, "spec": spec}
     held = {"plain": plain, "spec": dict(spec, steps=60, emitted=120, target_time_s=0.1 + 60 * T(4),
                                          wall_time_s=0.1 + 60 * (T(4) + 0.002))}  # held-out prompts accept less
