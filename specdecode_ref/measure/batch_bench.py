@@ -368,43 +368,72 @@ def surface_time_at(surface, rows: float, n: float) -> float:
     return float(np.interp(rows, bs, times))
 
 
-def run_policies(model, pool: list, batch_sizes, policies: dict, max_new_tokens: int = 16, make_proposer=None):
+def run_policies(model, pool: list, batch_sizes, policies: dict, max_new_tokens: int = 16, make_proposer=None,
+                 rows: int | None = None, proposer_for: dict | None = None):
     """Profiled runs of ``generate_batch`` at each batch size, one run per policy, interleaved.
 
     ``policies``: label -> K at batch size B (a function of B, or an int; 0 means plain decoding).
-    The rows of batch size B are ``pool[0..B-1]`` (cycled). A policy whose K at B equals an earlier
-    policy's reuses that run (the same call would be repeated). ``make_proposer(k)`` builds the
-    proposer (default: n-gram with draft length k).
+    ``make_proposer(k)`` builds the proposer (default: n-gram with draft length k);
+    ``proposer_for`` maps a label to its own ``make_proposer`` (to set a tree beside a chain).
+    A policy whose proposer and K at B equal an earlier policy's reuses that run.
+
+    Which rows decode at batch size B:
+
+    * ``rows=None``: one batch, ``pool[0..B-1]`` (cycled), so B = 1 is a single prompt;
+    * ``rows=N``: the first N prompts in successive batches of B (N a multiple of every B), so
+      every batch size decodes the same N prompts and a per-row comparison has N pairs at every
+      B. The policies run interleaved batch by batch, in alternating order (the timing protocol's
+      rules 1 and 2), and a (B, policy) row sums its batches.
 
     Returns a DataFrame, one row per (B, policy): k, tokens, total_s, prefill_s, decode_s, steps,
     the parts of :data:`STEP_PARTS` (seconds), forwards (per step: rows, width, mean_new,
-    forward_s), row_decode_s (per row: its last token's time minus the prefill), accepted_lengths
-    and draft_lengths (all rows' steps), and tokens_by_row (to compare outputs).
+    forward_s), row_decode_s (per row: its last token's time minus its batch's prefill),
+    accepted_lengths and draft_lengths (all rows' steps), accepted_by_row and drafted_by_row (the
+    same, one list per row), and tokens_by_row (to compare outputs).
     """
     import pandas as pd
 
     from ..proposers import NgramProposer
+    from .harness.protocol import order_of
 
     make_proposer = make_proposer or (lambda k: NgramProposer(k=k))
+    factories = {label: (proposer_for or {}).get(label, make_proposer) for label in policies}
+    if rows is not None:
+        if rows > len(pool) or any(rows % b for b in batch_sizes):
+            raise ValueError(f"rows={rows} must be at most the pool's {len(pool)} prompts and a multiple of every "
+                             f"batch size {tuple(batch_sizes)}")
     generate_batch(model, _batch(pool, 2), proposer=make_proposer(2), max_new_tokens=4)  # warm-up
-    rows = []
+    out, turn = [], 0
     for b in batch_sizes:
-        prompts = _batch(pool, b)
-        done = {}
-        for label, policy in policies.items():
-            k = int(policy(b) if callable(policy) else policy)
-            if k not in done:
-                res, prof = profile_generate_batch(model, prompts, proposer=make_proposer(k) if k > 0 else None,
-                                                   max_new_tokens=max_new_tokens)
-                done[k] = {"k": k, "tokens": sum(len(r.tokens) for r in res),
-                           **{key: prof[key] for key in ("total_s", "prefill_s", "decode_s", "steps", *STEP_PARTS)},
-                           "forwards": prof["forwards"],
-                           "row_decode_s": [r.stats.wall_time_s - prof["prefill_s"] for r in res],
-                           "accepted_lengths": [a for r in res for a in r.stats.accepted_lengths],
-                           "draft_lengths": [d for r in res for d in r.stats.draft_lengths],
-                           "tokens_by_row": [r.tokens.tolist() for r in res]}
-            rows.append({"B": b, "policy": label, **done[k]})
-    return pd.DataFrame(rows)
+        chunks = [_batch(pool, b)] if rows is None else [pool[i:i + b] for i in range(0, rows, b)]
+        ks = {label: int(policy(b) if callable(policy) else policy) for label, policy in policies.items()}
+        key = {label: (0 if ks[label] == 0 else id(factories[label]), ks[label]) for label in policies}
+        runs: dict = {}
+        for prompts in chunks:
+            done = {}
+            for label in order_of(policies, turn):
+                if key[label] in done:
+                    continue
+                k = ks[label]
+                proposer = factories[label](k) if k > 0 else None
+                res, prof = profile_generate_batch(model, prompts, proposer=proposer, max_new_tokens=max_new_tokens)
+                done[key[label]] = True
+                runs.setdefault(key[label], []).append((res, prof))
+            turn += 1
+        for label in policies:
+            parts = runs[key[label]]
+            record = {"k": ks[label], "tokens": sum(len(r.tokens) for res, _ in parts for r in res)}
+            for field in ("total_s", "prefill_s", "decode_s", "steps", *STEP_PARTS):
+                record[field] = sum(prof[field] for _, prof in parts)
+            record.update(forwards=[f for _, prof in parts for f in prof["forwards"]],
+                          row_decode_s=[r.stats.wall_time_s - prof["prefill_s"] for res, prof in parts for r in res],
+                          accepted_lengths=[a for res, _ in parts for r in res for a in r.stats.accepted_lengths],
+                          draft_lengths=[d for res, _ in parts for r in res for d in r.stats.draft_lengths],
+                          accepted_by_row=[list(r.stats.accepted_lengths) for res, _ in parts for r in res],
+                          drafted_by_row=[list(r.stats.draft_lengths) for res, _ in parts for r in res],
+                          tokens_by_row=[r.tokens.tolist() for res, _ in parts for r in res])
+            out.append({"B": b, "policy": label, **record})
+    return pd.DataFrame(out)
 
 
 def predicted_decode_s(surface, forwards: list, overhead_s: float = 0.0) -> float:

@@ -1,6 +1,7 @@
 """The step profiler of measure.batch_bench: it times generate_batch from outside without changing
 what it computes, puts the engine's functions back, and its prediction helpers add up."""
 import pandas as pd
+import pytest
 import torch
 
 from specdecode_ref import batch, generate_batch, ragged_cache
@@ -52,6 +53,38 @@ def test_run_policies_reuses_equal_k_and_predictions_add_up(tiny_model):
     k0 = batch_bench.choose_k_per_batch(flat, 0.6).k.iloc[0]
     k1 = batch_bench.choose_k_per_batch(flat, 0.6, plain_overhead_s=2.0, spec_overhead_s=2.0).k.iloc[0]
     assert k1 >= k0
+
+
+def test_run_policies_over_the_whole_pool_decodes_every_prompt_at_every_batch_size(tiny_model, monkeypatch):
+    prompts = [torch.arange(n) % 50 for n in (5, 9, 3, 7)]
+    calls = []
+    real = batch_bench.profile_generate_batch
+
+    def recording(model, batch_prompts, proposer=None, **kwargs):
+        calls.append((len(batch_prompts), "plain" if proposer is None else proposer.k))
+        return real(model, batch_prompts, proposer=proposer, **kwargs)
+
+    monkeypatch.setattr(batch_bench, "profile_generate_batch", recording)
+    runs = batch_bench.run_policies(tiny_model, prompts, (1, 2, 4), {"plain": 0, "fixed": 2}, max_new_tokens=5, rows=4)
+    for b in (1, 2, 4):
+        for policy in ("plain", "fixed"):
+            r = runs[(runs.B == b) & (runs.policy == policy)].iloc[0]
+            assert len(r.row_decode_s) == len(r.tokens_by_row) == 4  # every prompt, whatever the batch size
+            assert r.tokens == sum(len(t) for t in r.tokens_by_row)
+            assert sum(r.accepted_by_row, []) == r.accepted_lengths and len(r.drafted_by_row) == 4
+    alone = [generate_batch(tiny_model, [p], max_new_tokens=5)[0].tokens.tolist() for p in prompts]
+    for policy in ("plain", "fixed"):
+        assert runs[(runs.B == 2) & (runs.policy == policy)].iloc[0].tokens_by_row == alone  # in the pool's order
+    # interleaved batch by batch, and the order alternates (plain first, then fixed first, ...)
+    assert len(calls) == 4 * 2 + 2 * 2 + 1 * 2
+    assert [c[1] for c in calls[:4]] == ["plain", 2, 2, "plain"]
+    # a separate proposer for one label is its own run, even at the same K
+    calls.clear()
+    batch_bench.run_policies(tiny_model, prompts, (2,), {"a": 2, "b": 2}, max_new_tokens=5, rows=4,
+                             proposer_for={"b": lambda k: NgramProposer(k=k, max_n=1)})
+    assert len(calls) == 2 * 2  # both labels on both batches
+    with pytest.raises(ValueError, match="multiple of every batch size"):
+        batch_bench.run_policies(tiny_model, prompts, (3,), {"plain": 0}, rows=4)
 
 
 def test_measure_speculation_reports_the_iid_alpha(tiny_model):
