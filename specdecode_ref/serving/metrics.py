@@ -86,6 +86,10 @@ def serving_metrics(result) -> dict:
         "itl_p50_steps": _pct(lat["itl_steps"], 50), "itl_p99_steps": _pct(lat["itl_steps"], 99),
         "mean_batch_size": float(np.mean([s.batch_size for s in decode_steps])) if decode_steps else 0.0,
         "mean_k": float(np.mean([s.k for s in decode_steps])) if decode_steps else 0.0,
+        # where a decode step's time goes: drafting, and the decode forward with its verification
+        "draft_s_per_decode_step": float(np.mean([s.draft_s for s in decode_steps])) if decode_steps else 0.0,
+        "decode_s_per_decode_step": float(np.mean([s.decode_s for s in decode_steps])) if decode_steps else 0.0,
+        "decode_steps": len(decode_steps),
         "acceptance_rate": stats.acceptance_rate, "tau": stats.mean_accepted_length,
         "vllm_mean_acceptance_length": stats.vllm_mean_acceptance_length,
         "preemptions": result.num_preemptions, "peak_blocks": result.blocks.peak_used,

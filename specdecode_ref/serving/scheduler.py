@@ -139,6 +139,8 @@ class StepRecord:
     reserved_blocks: int  # blocks in use after scheduling: committed tokens + drafts
     used_blocks: int  # blocks in use after verification: rejected drafts' slots given back
     wall_s: float  # wall time of the step
+    draft_s: float = 0.0  # of which drafting (the drafter's propose, on_verified and add_rows)
+    decode_s: float = 0.0  # of which the decode forward of the running requests and their verification
 
 
 @dataclass
@@ -238,6 +240,7 @@ class Scheduler:
         self.cache: RaggedCache | None = None  # rows = self.cache_rows, in that order
         self.cache_rows: list = []
         self.step_count = 0
+        self._step_draft_s = 0.0
         self._joined: list = []  # requests prefilled this step, not yet given to the drafter
         self.log: list = []
         self._t0: float | None = None
@@ -299,12 +302,13 @@ class Scheduler:
             # Never draft past the policy's K (a tree: its depth), the token budget or the context window.
             req.draft = req.row.take_draft(self.drafter.row_proposer(j), draft, limit=k)
 
-    @staticmethod
-    def _timed(reqs: list, fn, *args):
-        """Call a drafter hook for many requests, charging its time to each one's drafting."""
+    def _timed(self, reqs: list, fn, *args):
+        """Call a drafter hook for many requests, charging its time to each one's drafting (and to
+        the step's, once)."""
         t0 = time.perf_counter()
         out = fn(*args)
         dt = time.perf_counter() - t0
+        self._step_draft_s += dt
         for r in reqs:
             r.row.stats.draft_time_s += dt
         return out
@@ -461,6 +465,7 @@ class Scheduler:
         if self._t0 is None:
             self._t0 = time.perf_counter()
         t_start = self._now()
+        self._step_draft_s = 0.0
         self._arrive()
         k = self.policy.choose_k(len(self.running)) if self.running else 0
         self._draft(k)
@@ -497,7 +502,7 @@ class Scheduler:
         if self.cache is not None:
             self.cache.maybe_compact(self.compact_fraction)
         record = StepRecord(self.step_count, len(decode), k, len(prefill), scheduled, len(preempted),
-                            reserved, self.blocks.num_used_blocks, now - t_start)
+                            reserved, self.blocks.num_used_blocks, now - t_start, self._step_draft_s, decode_s)
         self.log.append(record)
         if self.check_every_step:
             self.check()

@@ -181,6 +181,10 @@ def test_off_never_drafts_and_on_always_drafts(tiny_model):
     m = on.metrics()
     assert m[DRAFT_TOKENS.removeprefix("vllm:")] == sum(r.stats.drafted for r in on.requests)
     assert m[ACCEPTED_TOKENS.removeprefix("vllm:")] == sum(r.stats.accepted for r in on.requests)
+    # each step's drafting and decode forward are parts of its wall time; off never drafts
+    assert all(0 <= s.draft_s + s.decode_s <= s.wall_s for s in on.steps + off.steps)
+    assert m["draft_s_per_decode_step"] > 0
+    assert 0 < m["decode_s_per_decode_step"] and m["decode_steps"] <= m["steps"]
 
 
 def _outputs_before_each_step(r):
