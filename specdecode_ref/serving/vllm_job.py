@@ -105,10 +105,10 @@ def run_sweep(job: dict, shutdown: bool = False) -> dict:
         llm.generate([{"prompt_token_ids": list(map(int, job["prompts"][0]))}], params(RequestOutputKind.FINAL_ONLY),
                      use_tqdm=False)
     per_load = []
-    for load in loads:
+    for i, load in enumerate(loads):  # a load may repeat (repeated runs): each run its own request ids
         prompts = [_engine_input(llm, ids) for ids in job["prompts"]]  # fresh per load: the engine owns them
         before = _spec_metrics(llm)
-        served = serve_at_load(llm.llm_engine, prompts, params(RequestOutputKind.DELTA), load, tag=f"L{load}")
+        served = serve_at_load(llm.llm_engine, prompts, params(RequestOutputKind.DELTA), load, tag=f"L{load}r{i}")
         served["load"] = load
         served["metrics"] = _difference(_spec_metrics(llm), before)
         per_load.append(served)

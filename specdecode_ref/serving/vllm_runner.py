@@ -275,7 +275,8 @@ def _check_dtype(dtype) -> str:
 
 def run_vllm_sweep(model_dir, prompts, loads=(1, 4, 16), *, max_tokens: int, speculative_config: dict | None = None,
                    dtype: str = "float32", seed: int = 0, ignore_eos: bool = False, max_model_len: int = 2048,
-                   timeout: float = 900, speculative_configs: list | None = None, in_process: bool = False):
+                   timeout: float = 900, speculative_configs: list | None = None, in_process: bool = False,
+                   repeats: int = 1):
     """vLLM under the loads of ``sweep.run_sweep``: for each load L, all prompts submitted at time 0
     and exactly L in flight, a finished request's place refilled at once. One LLM instance (one
     start-up) serves every load, with speculation as ``speculative_config`` says (None: off).
@@ -295,7 +296,9 @@ def run_vllm_sweep(model_dir, prompts, loads=(1, 4, 16), *, max_tokens: int, spe
     (``speculative_config`` is then ignored). in_process: vLLM's engine core and worker run inside
     the job's process instead of two processes of their own (``VLLM_ENABLE_V1_MULTIPROCESSING=0``,
     the "uni" executor), which saves their imports at every start-up; the timed steps then also
-    leave out the messages between processes.
+    leave out the messages between processes. repeats: runs of every load, one after the other on
+    the same instance (rows numbered by a ``repeat`` column, as ``run_sweep``'s), so that paired
+    comparisons have runs to pair.
     """
     import pandas as pd
 
@@ -307,11 +310,14 @@ def run_vllm_sweep(model_dir, prompts, loads=(1, 4, 16), *, max_tokens: int, spe
     for config in configs:
         ids = _check_job(model_dir, prompts, max_tokens, max_model_len, config, "run_vllm_sweep")
     loads = check_loads(loads)
+    if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
+        raise ValueError(f"repeats must be an int of at least 1, got {repeats!r}")
     dtype, seed, timeout = _check_dtype(dtype), _check_seed(seed), _check_timeout(timeout)
     ok, why = vllm_available()
     if not ok:
         raise RuntimeError(why)
-    job = {"model": str(model_dir), "prompts": ids, "loads": loads, "max_tokens": int(max_tokens),
+    job = {"model": str(model_dir), "prompts": ids, "loads": [l for l in loads for _ in range(repeats)],
+           "max_tokens": int(max_tokens),
            "temperature": 0.0, "seed": seed, "dtype": dtype, "speculative_config": configs[0],
            "ignore_eos": bool(ignore_eos), "max_model_len": int(max_model_len), "in_process": bool(in_process)}
     if speculative_configs is not None:
@@ -333,7 +339,7 @@ def sweep_rows(result: dict, speculative_config: dict | None) -> list:
         return float(np.percentile(values, q)) if len(values) else float("nan")
 
     k = int(speculative_config.get("num_speculative_tokens", 0)) if speculative_config else 0
-    rows = []
+    rows, seen = [], {}
     for served in result["loads"]:
         ttft, itl, tpot, tpot_per_request = [], [], [], []
         steps = emitted = 0  # verification steps and their tokens (the prefill's token excluded, as tau does)
@@ -353,7 +359,9 @@ def sweep_rows(result: dict, speculative_config: dict | None) -> list:
         tokens = sum(len(t) for t in served["tokens"])
         wall = float(served["wall_s"])
         acc = acceptance_summary(served.get("metrics", {}))
-        row = {"engine": "vLLM", "load": int(served["load"]), "policy": "on" if speculative_config else "off", "k": k,
+        load = int(served["load"])
+        seen[load] = seen.get(load, -1) + 1  # the how-many-th run of this load
+        row = {"engine": "vLLM", "load": load, "repeat": seen[load], "policy": "on" if speculative_config else "off", "k": k,
                "requests": len(served["tokens"]), "output_tokens": tokens, "wall_s": wall,
                "throughput_tok_s": tokens / wall if wall > 0 else float("nan"),
                "ttft_p50_s": pct(ttft, 50), "ttft_p99_s": pct(ttft, 99),

@@ -238,6 +238,7 @@ def test_run_vllm_refuses_bad_arguments(monkeypatch, tmp_path, case):
 @pytest.mark.parametrize("kwargs, message", [
     (dict(loads=()), "loads is empty"), (dict(loads=(1, 0)), r"loads\[1\]"),
     (dict(max_tokens=-1), "max_tokens must be an int >= 1"), (dict(model_dir="/nonexistent"), "not a directory"),
+    (dict(repeats=0), "repeats must be an int of at least 1"),
 ])
 def test_run_vllm_sweep_refuses_bad_arguments(monkeypatch, tmp_path, kwargs, message):
     monkeypatch.setattr(V, "vllm_available", lambda: pytest.fail("vLLM was asked for"))

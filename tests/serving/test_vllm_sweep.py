@@ -53,8 +53,9 @@ def test_one_job_serves_both_settings_in_process(embedded):
     _, tok = embedded
     prompts = [chat_ids(tok, p) for p in PROMPTS]
     df = V.run_vllm_sweep(cache_dir() / EMBEDDED, prompts, loads=(1, 2), max_tokens=8, dtype="fp32",
-                          speculative_configs=[None, V.ngram_config(k=4)], in_process=True)
-    assert list(zip(df.policy, df.load)) == [("off", 1), ("off", 2), ("on", 1), ("on", 2)]
+                          speculative_configs=[None, V.ngram_config(k=4)], in_process=True, repeats=2)
+    assert list(zip(df.policy, df.load, df.repeat)) == [(p, l, r) for p in ("off", "on") for l in (1, 2) for r in (0, 1)]
+    assert all(a == b for a, b in zip(df.outputs.iloc[::2], df.outputs.iloc[1::2]))  # a repeated run decodes the same
     off, on = df[df.policy == "off"].outputs.iloc[0], df[df.policy == "on"].outputs.iloc[0]
     assert compare_outputs(off, on)["identical"] == len(prompts)
     assert all(len(t) == len(prompts) for t in df.tpot_per_request_s)
