@@ -108,6 +108,27 @@ def measure_cost_surface(model, batch_sizes=BATCH_SIZES, ns=NS, context_len: int
     return df
 
 
+def non_decreasing_in_n(surface):
+    """The surface with each batch size's curve made non-decreasing in n
+    (``analysis.monotone_cost_curve``): scoring more tokens per row never does less work, so a dip
+    is timing noise, and a K chosen or a crossover read off the raw surface would chase it.
+    Returns a copy (relative and per_row_token_ms recomputed) with ``attrs["dips"]``, the number of
+    (B, n) points the fit moved."""
+    from ..analysis import monotone_cost_curve
+
+    out = surface.sort_values(["B", "n"]).copy()
+    moved = 0
+    for b, g in out.groupby("B"):
+        fitted = monotone_cost_curve(g.n.to_numpy(), g.time_s.to_numpy())
+        moved += int((np.abs(fitted - g.time_s.to_numpy()) > 1e-12).sum())
+        out.loc[g.index, "time_s"] = fitted
+    t11 = out[(out.B == out.B.min()) & (out.n == out.n.min())].time_s.iloc[0]
+    out["relative"] = out.time_s / t11
+    out["per_row_token_ms"] = out.time_s * 1e3 / (out.B * out.n)
+    out.attrs.update(surface.attrs, dips=moved)
+    return out.reset_index(drop=True)
+
+
 def surface_table(surface):
     """T(B, n) / T(1, 1) as a B x n table."""
     return surface.pivot(index="B", columns="n", values="relative")

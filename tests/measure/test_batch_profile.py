@@ -87,6 +87,16 @@ def test_run_policies_over_the_whole_pool_decodes_every_prompt_at_every_batch_si
         batch_bench.run_policies(tiny_model, prompts, (3,), {"plain": 0}, rows=4)
 
 
+def test_a_surface_made_non_decreasing_keeps_rising_points_and_flattens_dips():
+    raw = pd.DataFrame([{"B": b, "n": n, "time_s": t} for b, ts in ((1, (1.0, 1.2, 1.1, 1.5)), (2, (1.0, 2.0, 3.0, 4.0)))
+                        for n, t in zip((1, 2, 4, 6), ts)])
+    fixed = batch_bench.non_decreasing_in_n(raw)
+    one = fixed[fixed.B == 1].time_s.tolist()
+    assert one == sorted(one) and one[0] == 1.0 and one[-1] == 1.5 and abs(one[1] - 1.15) < 1e-12  # the dip pooled
+    assert fixed[fixed.B == 2].time_s.tolist() == [1.0, 2.0, 3.0, 4.0] and fixed.attrs["dips"] == 2
+    assert (fixed.relative == fixed.time_s / 1.0).all()
+
+
 def test_measure_speculation_reports_the_iid_alpha(tiny_model):
     df = batch_bench.measure_speculation(tiny_model, _prompts(), "ngram", batch_sizes=(2,), k=3, max_new_tokens=8,
                                          repeats=1)
