@@ -89,6 +89,14 @@ def test_bad_input_is_refused(a, b, match):
         compare_paired(a, b)
 
 
+def test_interval_bounds_never_print_a_bound_below_one_as_one():
+    from specdecode_ref.measure.harness.claims import interval_bounds
+    assert interval_bounds(0.91, 1.12) == "0.91–1.12"
+    assert interval_bounds(0.973, 0.9996) == "0.9730–0.9996"  # "1.000" would contradict "wholly below 1"
+    assert interval_bounds(1.004, 1.06) == "1.004–1.060"
+    assert interval_bounds(0.98, 1.0) == "0.98–1.00"  # exactly 1 needs no more digits
+
+
 def test_close_to():
     assert close_to(0.95, 1.0) == "close to" and close_to(1.3, 1.0) == "above" and close_to(0.5, 1.0) == "below"
     assert close_to(1.3, 1.0, tolerance=0.5) == "close to"

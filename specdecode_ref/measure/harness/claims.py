@@ -156,10 +156,13 @@ class Comparison:
 
 
 def interval_bounds(lo: float, hi: float) -> str:
-    """"lo–hi" of a ratio's interval; when a bound rounds to 1.00 both get a third decimal, so "1.00"
-    never hides which side of 1 it lies on."""
-    f = ".3f" if 1.0 in (round(lo, 2), round(hi, 2)) else ".2f"
-    return f"{lo:{f}}–{hi:{f}}"
+    """"lo–hi" of a ratio's interval. A bound that rounds to 1 gets more decimals (up to four), so a
+    printed "1.00" never hides on which side of 1 the bound lies: 0.9996 prints as "0.9996", not
+    "1.000", beside a verdict that says the interval lies below 1."""
+    digits = 2
+    while digits < 4 and any(round(x, digits) == 1.0 and x != 1.0 for x in (lo, hi)):
+        digits += 1
+    return f"{lo:.{digits}f}–{hi:.{digits}f}"
 
 
 def compare_paired(a: Sequence[float], b: Sequence[float], higher_is_better: bool = True,
