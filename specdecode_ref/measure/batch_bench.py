@@ -122,8 +122,8 @@ def non_decreasing_in_n(surface):
         fitted = monotone_cost_curve(g.n.to_numpy(), g.time_s.to_numpy())
         moved += int((np.abs(fitted - g.time_s.to_numpy()) > 1e-12).sum())
         out.loc[g.index, "time_s"] = fitted
-    t11 = out[(out.B == out.B.min()) & (out.n == out.n.min())].time_s.iloc[0]
-    out["relative"] = out.time_s / t11
+    first = out[(out.B == out.B.min()) & (out.n == out.n.min())].time_s
+    out["relative"] = out.time_s / first.iloc[0] if len(first) else float("nan")  # T(B, n) / T(1, 1)
     out["per_row_token_ms"] = out.time_s * 1e3 / (out.B * out.n)
     out.attrs.update(surface.attrs, dips=moved)
     return out.reset_index(drop=True)
@@ -431,14 +431,14 @@ def run_policies(model, pool: list, batch_sizes, policies: dict, max_new_tokens:
         key = {label: (0 if ks[label] == 0 else id(factories[label]), ks[label]) for label in policies}
         runs: dict = {}
         for prompts in chunks:
-            done = {}
+            done = set()
             for label in order_of(policies, turn):
                 if key[label] in done:
                     continue
                 k = ks[label]
                 proposer = factories[label](k) if k > 0 else None
                 res, prof = profile_generate_batch(model, prompts, proposer=proposer, max_new_tokens=max_new_tokens)
-                done[key[label]] = True
+                done.add(key[label])
                 runs.setdefault(key[label], []).append((res, prof))
             turn += 1
         for label in policies:
@@ -446,13 +446,14 @@ def run_policies(model, pool: list, batch_sizes, policies: dict, max_new_tokens:
             record = {"k": ks[label], "tokens": sum(len(r.tokens) for res, _ in parts for r in res)}
             for field in ("total_s", "prefill_s", "decode_s", "steps", *STEP_PARTS):
                 record[field] = sum(prof[field] for _, prof in parts)
+            by_row = [r for res, _ in parts for r in res]
             record.update(forwards=[f for _, prof in parts for f in prof["forwards"]],
                           row_decode_s=[r.stats.wall_time_s - prof["prefill_s"] for res, prof in parts for r in res],
-                          accepted_lengths=[a for res, _ in parts for r in res for a in r.stats.accepted_lengths],
-                          draft_lengths=[d for res, _ in parts for r in res for d in r.stats.draft_lengths],
-                          accepted_by_row=[list(r.stats.accepted_lengths) for res, _ in parts for r in res],
-                          drafted_by_row=[list(r.stats.draft_lengths) for res, _ in parts for r in res],
-                          tokens_by_row=[r.tokens.tolist() for res, _ in parts for r in res])
+                          accepted_by_row=[list(r.stats.accepted_lengths) for r in by_row],
+                          drafted_by_row=[list(r.stats.draft_lengths) for r in by_row],
+                          tokens_by_row=[r.tokens.tolist() for r in by_row])
+            record.update(accepted_lengths=sum(record["accepted_by_row"], []),
+                          draft_lengths=sum(record["drafted_by_row"], []))
             out.append({"B": b, "policy": label, **record})
     return pd.DataFrame(out)
 

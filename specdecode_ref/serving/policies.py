@@ -87,16 +87,14 @@ def roofline_cost(knee_tokens: float = 16.0) -> Callable[[int, int], float]:
 def surface_cost(surface) -> Callable[[int, int], float]:
     """T(B, n) read from a measured surface (``measure.batch_bench.measure_cost_surface``: columns
     B, n, time_s): each batch size's curve is first made non-decreasing in n
-    (``analysis.monotone_cost_curve``: scoring more tokens never does less work, so a dip is
-    noise), then interpolated in n, at the nearest measured batch size."""
+    (``measure.batch_bench.non_decreasing_in_n``: scoring more tokens never does less work, so a
+    dip is noise), then interpolated in n, at the nearest measured batch size."""
     import numpy as np
 
-    from ..analysis import monotone_cost_curve
+    from ..measure.batch_bench import non_decreasing_in_n
 
-    curves = {}
-    for b, g in surface.groupby("B"):
-        g = g.sort_values("n")
-        curves[int(b)] = (g.n.to_numpy(dtype=float), monotone_cost_curve(g.n.to_numpy(), g.time_s.to_numpy()))
+    curves = {int(b): (g.n.to_numpy(dtype=float), g.time_s.to_numpy())
+              for b, g in non_decreasing_in_n(surface[["B", "n", "time_s"]]).groupby("B")}
     sizes = sorted(curves)
 
     def cost(b: int, n: float) -> float:
