@@ -14,6 +14,9 @@ measuring top-1 agreement with the full model on the target's own text:
 Agreement with the full model's argmax is exactly what greedy verification accepts at the first
 draft position, so it is an upper bound on a draft's per-token acceptance without an adapter.
 
+:func:`verification_paths` times one verification forward through the model's own forward and
+through the course's layer loop, the two paths self-speculation's speedup is measured across.
+
 :class:`LayerCallTrace` records every decoder-layer call during a speculative run (which layer, which
 positions, in which phase: prefill, draft, verify) and :func:`schedule_table` turns one step of it
 into a table, making the KV reuse of ``EarlyExitProposer(reuse_kv=True)`` visible. Notebook 06 uses
@@ -21,6 +24,8 @@ all of it.
 """
 from __future__ import annotations
 
+import statistics
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
@@ -316,3 +321,65 @@ def count_layer_positions(trace: LayerCallTrace, phase: str | None = None, step:
 __all__ = ["AnswerSequence", "answer_sequences", "residual_stream", "exit_agreement", "middle_block",
            "skip_predictions", "skip_agreement", "LayerCall", "LayerCallTrace", "schedule_table",
            "count_layer_positions"]
+
+
+# ---- the two ways to run a verification forward -------------------------------------------------------
+
+def verification_paths(model, n: int, context_len: int = 256, repeats: int = 9, warmup: int = 2,
+                       seed: int = 0) -> dict:
+    """Seconds for one verification forward of ``n`` positions after a cached ``context_len``-token
+    context, run two ways on the same input: the model's own forward (what plain decoding and most
+    drafters verify with) and the course's loop over the decoder layers (``decoder.run_layers``, what
+    the early exit verifies with). Self-speculation's speedup over plain decoding includes any
+    difference between the two, which is not drafting's doing, so notebook 06 measures it.
+
+    Rounds alternate which path runs first; ``warmup`` rounds are discarded, the median is kept. The
+    two paths' logits must agree (to float tolerance), or the comparison would be of different work.
+    Returns ``{"n", "context_len", "forward_s", "loop_s", "loop_over_forward"}``.
+    """
+    from .. import kv
+    from .harness.timing import sync_device
+
+    if not isinstance(n, int) or n < 1 or not isinstance(context_len, int) or context_len < 1:
+        raise ValueError(f"n and context_len must be ints >= 1, got n={n!r}, context_len={context_len!r}")
+    if not isinstance(repeats, int) or repeats < 1 or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError("repeats must be an int >= 1 and warmup an int >= 0")
+    device = _device(model)
+    gen = torch.Generator().manual_seed(seed)
+    vocab = model.get_input_embeddings().weight.shape[0]
+    context = torch.randint(0, vocab, (1, context_len), generator=gen).to(device)
+    new = torch.randint(0, vocab, (1, n), generator=gen).to(device)
+    cache = kv.new_cache(model)
+    with torch.no_grad():
+        model(input_ids=context, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    pos = torch.arange(context_len, context_len + n, device=device)[None]
+    mask = causal_mask(n, context_len, device) if n > 1 else None
+    layers = range(decoder.num_layers(model))
+
+    def forward():
+        return model(input_ids=new, past_key_values=cache, use_cache=True).logits[0]
+
+    def loop():
+        h = run_layers(model, decoder.embed(model, new), pos, layers, cache, mask)
+        return decoder.logits_from_residual(model, h)[0]
+
+    paths = {"forward_s": forward, "loop_s": loop}
+    samples = {name: [] for name in paths}
+    logits = {}
+    with torch.no_grad():
+        for r in range(warmup + repeats):
+            for name in (list(paths) if r % 2 == 0 else list(paths)[::-1]):
+                sync_device(device)
+                t0 = time.perf_counter()
+                logits[name] = paths[name]()
+                sync_device(device)
+                dt = time.perf_counter() - t0
+                kv.crop_to(cache, context_len)
+                if r >= warmup:
+                    samples[name].append(dt)
+    a, b = logits["forward_s"].float(), logits["loop_s"].float()
+    tol = 1e-3 if a.dtype == torch.float32 and model.dtype == torch.float32 else 0.25
+    if not torch.allclose(a, b, atol=tol, rtol=0):
+        raise AssertionError(f"the layer loop's logits differ from the forward's by {float((a - b).abs().max()):.3g}")
+    out = {name: float(statistics.median(s)) for name, s in samples.items()}
+    return {"n": n, "context_len": context_len, **out, "loop_over_forward": out["loop_s"] / out["forward_s"]}

@@ -12,8 +12,8 @@ write the drafted tokens' keys and values into the target's own cache and the pr
 layer-L hidden states. Verification (``score``) then runs only layers L..N-1 for those positions,
 starting from the saved hidden states: the first L layers are never recomputed for a drafted token.
 This is exact because the draft's layers 0..L-1 *are* the target's, fed the same tokens. With
-``reuse_kv=False`` the drafted entries are cropped and verification recomputes everything: notebook 06
-measures what reuse saves. The adapter's own attention keeps a one-layer cache with the same
+``reuse_kv=False`` the drafted entries are cropped and verification recomputes layers 0..L-1 for
+every scored position, through the same layer loop: notebook 06 measures what reuse saves. The adapter's own attention keeps a one-layer cache with the same
 invariant as the target's (every committed token except the last).
 
 Counterparts: LayerSkip's self-speculation (facebookresearch/LayerSkip, ``self_speculation/``);
@@ -166,12 +166,18 @@ class EarlyExitProposer(Proposer):
         n = len(state.token_list)  # the cache holds n - 1 committed positions in layers L..N-1
         m = len(ids)
         early = range(self.L)
+        pos = torch.arange(n - 1, n - 1 + m, device=self._device)[None]
+        mask = causal_mask(m, n - 1, self._device) if m > 1 else None
+        late = range(self.L, decoder.num_layers(self.target))
         if not self.reuse_kv or m > len(self._h) + 1:
+            # Recompute layers 0..L-1 for every scored position, through the same layer loop as the
+            # reuse path below: the two modes then differ only in that recomputation, which is what
+            # notebook 06 times (the model's own forward would add a wrapper cost of its own).
             kv.crop_layers_to(self.cache, n - 1, early)
-            out = self.target(input_ids=torch.tensor([ids], device=self._device), past_key_values=self.cache,
-                              use_cache=True, output_hidden_states=True)
-            self._scored_h = (n - 1, out.hidden_states[self.L])
-            return out.logits[0]
+            h = run_layers(self.target, decoder.embed(self.target, torch.tensor([ids], device=self._device)), pos,
+                           early, self.cache, mask)
+            self._scored_h = (n - 1, h)
+            return decoder.logits_from_residual(self.target, run_layers(self.target, h, pos, late, self.cache, mask))[0]
         # Layers 0..L-1 already hold the last committed token and d1..d_{k-1}; keep what is scored.
         have = min(m, len(self._h))
         kv.crop_layers_to(self.cache, n - 1 + have, early)
@@ -182,10 +188,7 @@ class EarlyExitProposer(Proposer):
                                  self.cache))
         h = torch.cat(hs, dim=1)
         self._scored_h = (n - 1, h)  # layer-L states of every scored position, for on_verified
-        pos = torch.arange(n - 1, n - 1 + m, device=self._device)[None]
-        h = run_layers(self.target, h, pos, range(self.L, decoder.num_layers(self.target)), self.cache,
-                       causal_mask(m, n - 1, self._device) if m > 1 else None)
-        return decoder.logits_from_residual(self.target, h)[0]
+        return decoder.logits_from_residual(self.target, run_layers(self.target, h, pos, late, self.cache, mask))[0]
 
     def on_verified(self, state: DecodeState, outcome: StepOutcome) -> None:
         committed_before = len(state.token_list) - len(outcome.emitted)

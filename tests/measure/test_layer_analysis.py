@@ -91,3 +91,19 @@ def test_trace_shows_what_kv_reuse_skips(model, reuse):
     n = model.config.num_hidden_layers
     assert la.count_layer_positions(trace, "draft", 1) == L * k
     assert la.count_layer_positions(trace, "verify", 1) == (n - L) * (k + 1) + L * (1 if reuse else k + 1)
+
+
+def test_verification_paths_times_the_same_work_two_ways(model, monkeypatch):
+    out = la.verification_paths(model, 4, context_len=12, repeats=2, warmup=1)
+    assert out["n"] == 4 and out["context_len"] == 12
+    assert out["forward_s"] > 0 and out["loop_s"] > 0
+    assert out["loop_over_forward"] == pytest.approx(out["loop_s"] / out["forward_s"])
+    with pytest.raises(ValueError):
+        la.verification_paths(model, 0)
+    with pytest.raises(ValueError):
+        la.verification_paths(model, 2, repeats=0)
+    # A loop that skips a layer does other work than the forward: the comparison refuses it.
+    real = la.run_layers
+    monkeypatch.setattr(la, "run_layers", lambda m, h, pos, layers, *a: real(m, h, pos, list(layers)[:-1], *a))
+    with pytest.raises(AssertionError, match="differ"):
+        la.verification_paths(model, 4, context_len=12, repeats=1, warmup=0)
