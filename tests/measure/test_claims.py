@@ -162,3 +162,19 @@ def test_too_few_pairs_give_no_verdict_and_the_phrase_says_so():
     assert c.phrase(level="leaves TPOT level within noise") == "leaves TPOT level (1 prompt: no interval)"
     assert c.phrase(level="level within noise") == "not told apart (1 prompt: no interval)"
     assert "level" not in compare_paired([1.0, 1.2], [1.0, 1.0]).phrase(level="level with plain decoding within noise")
+
+
+def test_interval_agreement_needs_enough_prompts_to_call_a_disagreement():
+    """Two intervals that miss each other are a disagreement only when both rest on enough prompts;
+    on four, the bootstrap under-covers and the words give the direction only."""
+    from specdecode_ref.measure.harness.claims import interval_agreement
+
+    nan = float("nan")
+    assert interval_agreement((1.0, 0.9, 1.1, 40), (1.05, 1.0, 1.1, 40)) == "agree within their intervals"
+    firm = interval_agreement((0.88, 0.87, 0.89, 40), (0.84, 0.81, 0.86, 56))
+    assert firm.startswith("disagree") and "above" in firm
+    soft = interval_agreement((0.88, 0.87, 0.89, 4), (0.84, 0.81, 0.86, 56))
+    assert "disagree" not in soft and "direction" in soft and "above" in soft
+    assert interval_agreement((1.0, nan, nan, 1), (1.0, 0.9, 1.1, 20)).startswith("agree")
+    assert interval_agreement((1.3, nan, nan, 1), (1.0, 0.9, 1.1, 20)).startswith("disagree")
+    assert interval_agreement((1.0, nan, nan, 1), (1.0, nan, nan, 1)).startswith("cannot")

@@ -214,6 +214,31 @@ def verdict_of(lo: float, hi: float, tolerance: float = 0.0) -> str:
     return "level"
 
 
+def interval_agreement(a: tuple, b: tuple, min_units: int = 10, names=("this run's", "the table's")) -> str:
+    """Whether two speedups, each ``(ratio, lo, hi, units)`` (lo and hi NaN when there is no
+    interval), agree, in words for a sentence "A and B ...". Intervals that overlap agree. Where
+    they do not, a side with fewer than ``min_units`` prompts gets no firm "disagree": a percentile
+    bootstrap over a handful of prompts covers well under its nominal 95 %, so the words give only
+    the direction."""
+    (ra, la, ha, na), (rb, lb, hb, nb) = a, b
+    has_a, has_b = math.isfinite(la) and math.isfinite(ha), math.isfinite(lb) and math.isfinite(hb)
+    side = "above" if ra > rb else "below"
+    if has_a and has_b:
+        if la <= hb and lb <= ha:
+            return "agree within their intervals"
+        if min(na, nb) < min_units:
+            return (f"have intervals that do not overlap, {names[0]} figure {side} {names[1]}; with "
+                    f"{min(int(na), int(nb))} prompts on one side those intervals cover well under 95 %, so read "
+                    "only the direction")
+        return f"disagree: their intervals do not overlap, and {names[0]} figure lies {side} {names[1]}"
+    if has_a or has_b:
+        (point, (lo, hi)) = (rb, (la, ha)) if has_a else (ra, (lb, hb))
+        inside = lo <= point <= hi
+        return ("agree: the figure without an interval lies inside the other's interval" if inside else
+                "disagree: the figure without an interval lies outside the other's interval")
+    return "cannot be held against each other: neither has an interval"
+
+
 def close_to(measured: float, predicted: float, tolerance: float = 0.10, close: str = "close to",
              above: str = "above", below: str = "below") -> str:
     """How a measurement stands against a prediction: ``close`` when within ``tolerance``
