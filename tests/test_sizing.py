@@ -546,3 +546,18 @@ def test_size_for_without_margin_is_caught(monkeypatch):
     monkeypatch.setattr(sizing, "MIN_GAIN", 0.0)  # planted twin: any predicted gain drafts
     real = sizing.size_for
     assert _fails(check_margin, lambda *a, **k: real(*a, **k))
+
+
+def test_resolution_words_take_the_widest_interval_the_sentence_prints():
+    """The stored check's resolution is half the widest interval describe_check prints, the old fixed
+    size's and the paired ratio's included; taking only the chosen size's interval claimed ±1 %
+    beside a printed ±2.3 %."""
+    from specdecode_ref.measure import draft_sizes
+
+    check = {"meta": {"prompts": 21}, "methods": {
+        "early-exit": {"size": 0, "decode": [1.0, 0.99, 1.01], "predicted": 1.0},
+        "early-exit@1": {"size": 1, "decode": [0.98, 0.96, 1.005], "chosen_over_fixed": [1.02, 0.999, 1.048]}}}
+    words = draft_sizes.resolution_words(check, ["early-exit"])
+    assert "±2 %" in words and "±1 %" not in words  # half of 1.048 - 0.999
+    alone = {"meta": {"prompts": 21}, "methods": {"ngram": {"size": 8, "decode": [1.24, 1.13, 1.39], "predicted": 1.27}}}
+    assert "±13 %" in draft_sizes.resolution_words(alone, ["ngram"])

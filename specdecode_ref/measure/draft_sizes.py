@@ -273,15 +273,23 @@ def describe_check(check: dict, name: str) -> str:
 
 
 def resolution_words(check: dict, names: Sequence[str]) -> str:
-    """What a stored check's prompts can resolve: half the width of the widest decode interval among
-    ``names``, so that a notebook says how fine a difference its stored figures can tell apart,
+    """What a stored check's prompts can resolve: half the width of the widest interval that
+    :func:`describe_check` prints for ``names`` (each chosen size, the old fixed size, and the paired
+    ratio between them), so that a notebook says how fine a difference its stored figures can tell apart,
     rather than asserting that they are enough."""
     from .harness.claims import pct
 
-    half = max((check["methods"][n]["decode"][2] - check["methods"][n]["decode"][1]) / 2 for n in names)
-    return (f"Its {check['meta']['prompts']} prompts pin {'this decode speedup' if len(names) == 1 else 'these decode speedups'} "
-            f"to about ±{pct(half)} (half the widest interval): a difference smaller than that is beyond this check, and "
-            "far beyond a live run on a few prompts.")
+    rows = check["methods"]
+    spans = []
+    for n in names:  # every interval describe_check prints for these drafters
+        spans.append(rows[n]["decode"][1:3])
+        fixed = next((m for m in rows if m.startswith(f"{n}@")), None)
+        if fixed is not None:
+            spans += [rows[fixed]["decode"][1:3], rows[fixed]["chosen_over_fixed"][1:3]]
+    half = max((hi - lo) / 2 for lo, hi in spans)
+    return (f"Its {check['meta']['prompts']} prompts pin the figures above to about ±{pct(half)} (half the widest "
+            "interval printed): a difference smaller than that is beyond this check, and far beyond a live run on a "
+            "few prompts.")
 
 
 def load_table(path=None) -> dict:
